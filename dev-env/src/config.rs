@@ -92,6 +92,16 @@ pub enum Provider {
     Existing,
 }
 
+impl fmt::Display for Provider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Provider::K3s => "k3s",
+            Provider::Sim => "sim",
+            Provider::Existing => "existing",
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cluster {
     pub provider: Provider,
@@ -231,7 +241,10 @@ impl Config {
             path: file.to_path_buf(),
             problems,
         };
-        if text.trim().is_empty() {
+        if text
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        {
             return Err(invalid(vec![Problem {
                 location: Location { line: 1, column: 1 },
                 key: String::from("name"),
@@ -785,7 +798,11 @@ impl Check<'_> {
     }
 
     fn existing_path(&mut self, key: &str, base: &Path, rel: &str, what: &str) -> PathBuf {
-        let path = base.join(rel);
+        let path: PathBuf = base
+            .join(rel)
+            .components()
+            .filter(|c| !matches!(c, std::path::Component::CurDir))
+            .collect();
         if !path.exists() {
             self.problem(
                 key,

@@ -4,4 +4,6 @@
 //! line over this crate.
 
 pub mod config;
+pub mod manifest;
+pub mod plan;
 pub mod state;

@@ -1,1 +1,4 @@
-//! it
+//! Integration tests of the workspace, one binary. Tests that need Docker
+//! or the distribution registry fail loudly when those are missing.
+
+mod tidy;

@@ -1,0 +1,401 @@
+//! The desired state of the Docker side, computed from the config alone:
+//! what `dev up` creates, what `dev up --dry-run` prints, and what the drift
+//! gate hashes. Nothing here talks to Docker.
+
+use std::{collections::BTreeMap, fmt};
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::{
+    config::{Config, Provider, REGISTRY_CONTAINER_PORT},
+    manifest::Manifest,
+    state::State,
+};
+
+/// Label carried by every Docker object the harness creates.
+pub const LABEL_NAME: &str = "dev-env.name";
+/// Label naming the object's role: `network`, `registry` or `server`.
+pub const LABEL_ROLE: &str = "dev-env.role";
+/// Label holding the sha256 of the object's declared spec (the drift gate).
+pub const LABEL_SPEC_HASH: &str = "dev-env.spec-hash";
+/// Where k3s (and kube-sim) write their kubeconfig inside the node.
+pub const NODE_KUBECONFIG_OUTPUT: &str = "/output/kubeconfig.yaml";
+/// Where k3s reads its registry mirrors.
+pub const NODE_REGISTRIES_YAML: &str = "/etc/rancher/k3s/registries.yaml";
+/// The API server port inside the node.
+pub const NODE_API_PORT: u16 = 6443;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkSpec {
+    pub name: String,
+    pub ipv4_subnet: String,
+    pub ipv6_subnet: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistrySpec {
+    pub container: String,
+    pub image: String,
+    /// Declared host port; 0 means chosen once and kept in state.
+    pub host_port: u16,
+    pub volume: String,
+    pub network: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSpec {
+    pub container: String,
+    pub image: String,
+    pub command: Vec<String>,
+    pub privileged: bool,
+    /// tmpfs mounts, by destination.
+    pub tmpfs: BTreeMap<String, String>,
+    /// Named volumes, by destination: one source per destination, by
+    /// construction.
+    pub volumes: BTreeMap<String, String>,
+    /// Environment, secrets excluded (`K3S_TOKEN` comes from state).
+    pub env: BTreeMap<String, String>,
+    /// Files written into the container before it starts.
+    pub files: BTreeMap<String, String>,
+    pub network: String,
+}
+
+/// Where the cluster comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClusterPlan {
+    /// A node container the harness runs.
+    Node(NodeSpec),
+    /// A context of the user's kubeconfig; nothing is created.
+    Existing { context: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryPlan {
+    Managed(RegistrySpec),
+    External { host: String },
+}
+
+/// Everything `dev up` would do, in order.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub name: String,
+    pub network: NetworkSpec,
+    pub registry: RegistryPlan,
+    /// The registry port as known now: declared, or kept in state.
+    pub registry_port: Option<u16>,
+    pub cluster: ClusterPlan,
+    pub manifests: Vec<Manifest>,
+    pub config: Config,
+}
+
+impl Plan {
+    pub fn new(config: &Config, state: &State, manifests: Vec<Manifest>) -> Plan {
+        let registry_port = match config.registry.host_port {
+            0 => state.registry_port,
+            port => Some(port),
+        };
+        Plan {
+            name: config.name.clone(),
+            network: network_spec(config),
+            registry: match &config.registry.external {
+                Some(host) => RegistryPlan::External { host: host.clone() },
+                None => RegistryPlan::Managed(registry_spec(config)),
+            },
+            registry_port,
+            cluster: match config.cluster.provider {
+                Provider::Existing => ClusterPlan::Existing {
+                    context: config.cluster.context.clone().unwrap_or_default(),
+                },
+                Provider::K3s | Provider::Sim => {
+                    ClusterPlan::Node(node_spec(config, registry_port))
+                }
+            },
+            manifests,
+            config: config.clone(),
+        }
+    }
+}
+
+pub fn network_spec(config: &Config) -> NetworkSpec {
+    NetworkSpec {
+        name: config.network.name.clone(),
+        ipv4_subnet: config.network.ipv4_subnet.to_string(),
+        ipv6_subnet: config.network.ipv6_subnet.map(|n| n.to_string()),
+    }
+}
+
+pub fn registry_spec(config: &Config) -> RegistrySpec {
+    RegistrySpec {
+        container: config.registry.name.clone(),
+        image: config.registry.image.clone(),
+        host_port: config.registry.host_port,
+        volume: config.registry.volume.clone(),
+        network: config.network.name.clone(),
+    }
+}
+
+pub fn node_spec(config: &Config, registry_port: Option<u16>) -> NodeSpec {
+    let node = config.node_name();
+    let command = [
+        "server",
+        "--tls-san",
+        &node,
+        "--tls-san",
+        "127.0.0.1",
+        "--cluster-cidr",
+        &config.cluster.pod_subnet.to_string(),
+        "--service-cidr",
+        &config.cluster.service_subnet.to_string(),
+    ]
+    .map(String::from)
+    .to_vec();
+    let tmpfs = ["/run", "/var/run"]
+        .into_iter()
+        .map(|d| (d.to_string(), String::new()))
+        .collect();
+    let env = BTreeMap::from([(
+        "K3S_KUBECONFIG_OUTPUT".to_string(),
+        NODE_KUBECONFIG_OUTPUT.to_string(),
+    )]);
+    let files = BTreeMap::from([(
+        NODE_REGISTRIES_YAML.to_string(),
+        registries_yaml(config, registry_port),
+    )]);
+    NodeSpec {
+        container: node,
+        image: config.cluster.image.clone(),
+        command,
+        privileged: true,
+        tmpfs,
+        volumes: BTreeMap::new(),
+        env,
+        files,
+        network: config.network.name.clone(),
+    }
+}
+
+/// k3s `registries.yaml`: the in-network registry name, and the host's
+/// `localhost:<port>` name for it, both mirrored to the in-network endpoint,
+/// so either spelling of an image resolves inside the cluster. `localhost`
+/// is mirrored only once the host port is known.
+pub fn registries_yaml(config: &Config, registry_port: Option<u16>) -> String {
+    let endpoint = match &config.registry.external {
+        Some(_) => format!("http://{}", config.registry.cluster_host),
+        None => format!("http://{}:{REGISTRY_CONTAINER_PORT}", config.registry.name),
+    };
+    let mut hosts = vec![config.registry.cluster_host.clone()];
+    match (&config.registry.external, registry_port) {
+        (Some(external), _) if *external != config.registry.cluster_host => {
+            hosts.push(external.clone())
+        }
+        (None, Some(port)) => hosts.push(format!("localhost:{port}")),
+        _ => {}
+    }
+    let mut out = String::from("mirrors:\n");
+    for host in hosts {
+        out.push_str(&format!(
+            "  \"{host}\":\n    endpoint:\n      - \"{endpoint}\"\n"
+        ));
+    }
+    out
+}
+
+/// sha256 of a spec's canonical JSON: the value of [`LABEL_SPEC_HASH`].
+pub fn spec_hash<T: Serialize>(spec: &T) -> String {
+    let json = serde_json::to_vec(spec).expect("specs serialize");
+    hex::encode(Sha256::digest(&json))
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let root = &self.config.root;
+        let rel = |p: &std::path::Path| p.strip_prefix(root).unwrap_or(p).display().to_string();
+        let port = |p: Option<u16>| {
+            p.map_or_else(
+                || String::from("<free port, kept in state>"),
+                |p| p.to_string(),
+            )
+        };
+        writeln!(
+            f,
+            "plan for `{}` ({})",
+            self.name,
+            self.config.file.display()
+        )?;
+        let n = &self.network;
+        let v6 = n
+            .ipv6_subnet
+            .as_ref()
+            .map_or(String::new(), |s| format!(", IPv6 {s} (dual-stack)"));
+        writeln!(
+            f,
+            "network   {}: bridge, IPv4 {}{v6}",
+            n.name, n.ipv4_subnet
+        )?;
+        match &self.registry {
+            RegistryPlan::Managed(r) => {
+                writeln!(f, "registry  {}: image {}", r.container, r.image)?;
+                writeln!(
+                    f,
+                    "          publish 127.0.0.1:{} -> {REGISTRY_CONTAINER_PORT}/tcp",
+                    port(self.registry_port)
+                )?;
+                writeln!(
+                    f,
+                    "          volume {} on /var/lib/registry (kept by `dev down`)",
+                    r.volume
+                )?;
+                writeln!(
+                    f,
+                    "          network {} as {}",
+                    r.network, self.config.registry.cluster_host
+                )?;
+            }
+            RegistryPlan::External { host } => {
+                writeln!(
+                    f,
+                    "registry  external {host}: nothing is created; pods pull from {}",
+                    self.config.registry.cluster_host
+                )?;
+            }
+        }
+        match &self.cluster {
+            ClusterPlan::Node(node) => {
+                writeln!(
+                    f,
+                    "node      {}: image {} (provider {})",
+                    node.container, node.image, self.config.cluster.provider
+                )?;
+                writeln!(f, "          command {}", node.command.join(" "))?;
+                let tmpfs: Vec<_> = node.tmpfs.keys().map(String::as_str).collect();
+                writeln!(
+                    f,
+                    "          privileged, tmpfs {}, network {}",
+                    tmpfs.join(" "),
+                    node.network
+                )?;
+                writeln!(
+                    f,
+                    "          publish 127.0.0.1:<free port> -> {NODE_API_PORT}/tcp"
+                )?;
+                for (k, v) in &node.env {
+                    writeln!(f, "          env {k}={v}")?;
+                }
+                writeln!(f, "          env K3S_TOKEN=<random, kept in state>")?;
+                for path in node.files.keys() {
+                    writeln!(f, "          file {path}")?;
+                }
+                for line in node.files[NODE_REGISTRIES_YAML].lines() {
+                    writeln!(f, "            {line}")?;
+                }
+                let dir = rel(&self.config.state_dir());
+                writeln!(
+                    f,
+                    "kubeconfig {dir}/kubeconfig.host (https://127.0.0.1:<port>, for the host)"
+                )?;
+                writeln!(
+                    f,
+                    "           {dir}/kubeconfig (https://{}:{NODE_API_PORT}, for containers on the network)",
+                    node.container
+                )?;
+            }
+            ClusterPlan::Existing { context } => {
+                writeln!(
+                    f,
+                    "cluster   existing context `{context}` from your kubeconfig: nothing is created"
+                )?;
+            }
+        }
+        writeln!(
+            f,
+            "config map kube-public/local-registry-hosting (KEP-1755)"
+        )?;
+        if self.manifests.is_empty() {
+            writeln!(f, "manifests none declared")?;
+        } else {
+            writeln!(
+                f,
+                "manifests server-side apply, field manager `dev-env`, in this order:"
+            )?;
+            for (i, m) in self.manifests.iter().enumerate() {
+                writeln!(
+                    f,
+                    "  {:>2}. {} ({}:{})",
+                    i + 1,
+                    m.display_name(),
+                    rel(&m.file),
+                    m.line
+                )?;
+            }
+        }
+        if !self.config.components.is_empty() {
+            writeln!(f, "components")?;
+            for (name, c) in &self.config.components {
+                let r = &c.rollout;
+                writeln!(
+                    f,
+                    "  {name}: {}/{}, rolls {} {}/{} container {}",
+                    self.config.registry.cluster_host,
+                    c.image,
+                    r.kind,
+                    r.namespace,
+                    r.name,
+                    r.container
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> Config {
+        let dir = tempfile::tempdir().unwrap();
+        Config::parse(&dir.path().join("dev-env.yaml"), text).unwrap()
+    }
+
+    #[test]
+    fn node_spec_has_one_source_per_destination_and_the_k3s_contract() {
+        let spec = node_spec(&config("name: shop\ncluster: {provider: sim}\n"), None);
+        assert_eq!(spec.container, "shop-server-0");
+        assert_eq!(
+            &spec.command[..5],
+            [
+                "server",
+                "--tls-san",
+                "shop-server-0",
+                "--tls-san",
+                "127.0.0.1"
+            ]
+        );
+        assert!(spec.privileged);
+        assert_eq!(spec.tmpfs.keys().collect::<Vec<_>>(), ["/run", "/var/run"]);
+        assert_eq!(spec.env["K3S_KUBECONFIG_OUTPUT"], NODE_KUBECONFIG_OUTPUT);
+        assert!(spec.files[NODE_REGISTRIES_YAML].contains("\"shop-registry:5000\""));
+    }
+
+    #[test]
+    fn registries_yaml_mirrors_the_host_name_once_the_port_is_known() {
+        let yaml = registries_yaml(&config("name: shop\n"), Some(5001));
+        assert_eq!(
+            yaml,
+            "mirrors:\n  \"shop-registry:5000\":\n    endpoint:\n      - \"http://shop-registry:5000\"\n  \"localhost:5001\":\n    endpoint:\n      - \"http://shop-registry:5000\"\n"
+        );
+    }
+
+    #[test]
+    fn spec_hash_changes_with_the_spec() {
+        let a = network_spec(&config("name: a\n"));
+        let b = network_spec(&config("name: a\nnetwork: {ipv4Subnet: 172.29.0.0/24}\n"));
+        assert_eq!(spec_hash(&a), spec_hash(&a.clone()));
+        assert_ne!(spec_hash(&a), spec_hash(&b));
+        assert_eq!(spec_hash(&a).len(), 64);
+    }
+}
