@@ -1,0 +1,201 @@
+//! Defaulting of built-in types, following the values Kubernetes' `SetDefaults_*` functions and admission
+//! plugins fill in and that clients read back.
+
+use serde_json::{Map, Value, json};
+
+use crate::meta::child_map;
+
+/// Fills defaults into a built-in object of the given resource. Runs on every write, so it is idempotent.
+pub fn apply(group: &str, resource: &str, obj: &mut Value) {
+    let Value::Object(root) = obj else { return };
+    match (group, resource) {
+        ("apps", "deployments") => {
+            let spec = child_map(root, "spec");
+            set_default(spec, "replicas", json!(1));
+            set_default(spec, "revisionHistoryLimit", json!(10));
+            set_default(spec, "progressDeadlineSeconds", json!(600));
+            let strategy = child_map(spec, "strategy");
+            set_default(strategy, "type", json!("RollingUpdate"));
+            if strategy.get("type") == Some(&json!("RollingUpdate")) {
+                let ru = child_map(strategy, "rollingUpdate");
+                set_default(ru, "maxSurge", json!("25%"));
+                set_default(ru, "maxUnavailable", json!("25%"));
+            }
+            template_defaults(spec);
+        }
+        ("apps", "replicasets") => {
+            let spec = child_map(root, "spec");
+            set_default(spec, "replicas", json!(1));
+            template_defaults(spec);
+        }
+        ("", "pods") => {
+            let spec = child_map(root, "spec");
+            pod_spec_defaults(spec);
+            set_default(spec, "enableServiceLinks", json!(true));
+            set_default(spec, "serviceAccountName", json!("default"));
+            set_default(spec, "serviceAccount", json!("default"));
+            set_default(spec, "priority", json!(0));
+            set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+            let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+            if let Value::Array(list) = tolerations {
+                for key in [
+                    "node.kubernetes.io/not-ready",
+                    "node.kubernetes.io/unreachable",
+                ] {
+                    if !list.iter().any(|t| t.get("key") == Some(&json!(key))) {
+                        list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+                    }
+                }
+            }
+        }
+        ("", "services") => {
+            let spec = child_map(root, "spec");
+            set_default(spec, "type", json!("ClusterIP"));
+            set_default(spec, "sessionAffinity", json!("None"));
+            set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+            if let Some(Value::Array(ports)) = spec.get_mut("ports") {
+                for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+                    set_default(p, "protocol", json!("TCP"));
+                    if let Some(port) = p.get("port").cloned() {
+                        set_default(p, "targetPort", port);
+                    }
+                }
+            }
+            let status = child_map(root, "status");
+            child_map(status, "loadBalancer");
+        }
+        ("", "namespaces") => {
+            let spec = child_map(root, "spec");
+            set_default(spec, "finalizers", json!(["kubernetes"]));
+            let status = child_map(root, "status");
+            set_default(status, "phase", json!("Active"));
+            let name = root.get("metadata").and_then(|m| m.get("name")).cloned();
+            if let Some(name) = name {
+                let md = child_map(root, "metadata");
+                let labels = child_map(md, "labels");
+                labels.insert("kubernetes.io/metadata.name".into(), name);
+            }
+        }
+        ("", "secrets") => {
+            set_default(root, "type", json!("Opaque"));
+        }
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            let spec = child_map(root, "spec");
+            let conversion = child_map(spec, "conversion");
+            set_default(conversion, "strategy", json!("None"));
+            let names = spec.get("names").cloned();
+            if let Some(Value::Object(mut names)) = names {
+                if let Some(kind) = names
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                {
+                    set_default(&mut names, "singular", json!(kind.to_lowercase()));
+                    set_default(&mut names, "listKind", json!(format!("{kind}List")));
+                }
+                spec.insert("names".into(), Value::Object(names));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The status a pod gets when it is created.
+pub fn initial_pod_status(pod: &Value) -> Value {
+    let has_resources = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("resources")
+                    .and_then(Value::as_object)
+                    .is_some_and(|r| !r.is_empty())
+            })
+        });
+    json!({"phase": "Pending", "qosClass": if has_resources { "Burstable" } else { "BestEffort" }})
+}
+
+fn set_default(m: &mut Map<String, Value>, key: &str, value: Value) {
+    if matches!(m.get(key), None | Some(Value::Null)) {
+        m.insert(key.to_string(), value);
+    }
+}
+
+fn template_defaults(spec: &mut Map<String, Value>) {
+    let template = child_map(spec, "template");
+    let tspec = child_map(template, "spec");
+    pod_spec_defaults(tspec);
+}
+
+fn pod_spec_defaults(spec: &mut Map<String, Value>) {
+    set_default(spec, "restartPolicy", json!("Always"));
+    set_default(spec, "terminationGracePeriodSeconds", json!(30));
+    set_default(spec, "dnsPolicy", json!("ClusterFirst"));
+    set_default(spec, "schedulerName", json!("default-scheduler"));
+    set_default(spec, "securityContext", json!({}));
+    for list in ["containers", "initContainers"] {
+        if let Some(Value::Array(cs)) = spec.get_mut(list) {
+            for c in cs.iter_mut().filter_map(Value::as_object_mut) {
+                container_defaults(c);
+            }
+        }
+    }
+}
+
+fn container_defaults(c: &mut Map<String, Value>) {
+    set_default(c, "terminationMessagePath", json!("/dev/termination-log"));
+    set_default(c, "terminationMessagePolicy", json!("File"));
+    set_default(c, "resources", json!({}));
+    let image = c
+        .get("image")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    set_default(c, "imagePullPolicy", json!(default_pull_policy(&image)));
+    if let Some(Value::Array(ports)) = c.get_mut("ports") {
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            set_default(p, "protocol", json!("TCP"));
+        }
+    }
+}
+
+/// `Always` for `:latest` or untagged images, `IfNotPresent` otherwise (digests count as tagged).
+pub fn default_pull_policy(image: &str) -> &'static str {
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.split_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deployment_defaults_match_kubernetes() {
+        let mut d = json!({"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "nginx"}]}}}});
+        apply("apps", "deployments", &mut d);
+        assert_eq!(
+            d.pointer("/spec/strategy/rollingUpdate/maxSurge"),
+            Some(&json!("25%"))
+        );
+        assert_eq!(
+            d.pointer("/spec/progressDeadlineSeconds"),
+            Some(&json!(600))
+        );
+        assert_eq!(d.pointer("/spec/revisionHistoryLimit"), Some(&json!(10)));
+        assert_eq!(
+            d.pointer("/spec/template/spec/containers/0/imagePullPolicy"),
+            Some(&json!("Always"))
+        );
+        let again = d.clone();
+        apply("apps", "deployments", &mut d);
+        assert_eq!(d, again);
+        assert_eq!(default_pull_policy("localhost:5000/x"), "Always");
+        assert_eq!(default_pull_policy("localhost:5000/x:v1"), "IfNotPresent");
+    }
+}

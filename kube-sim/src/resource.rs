@@ -1,0 +1,489 @@
+//! Resource types the simulator serves: the built-in table and the descriptions of custom resources.
+//!
+//! A [`ResourceInfo`] is everything the store and the HTTP layer need to know about one resource:
+//! its names, scope, served versions, subresources, how `generation` moves, which lists are merged by key,
+//! and (for custom resources) the structural schema used for pruning.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use serde_json::Value;
+
+/// A resource identified by API group and plural name, independent of version.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupResource {
+    /// The API group; empty for the core group.
+    pub group: String,
+    /// The plural resource name, for example `deployments`.
+    pub resource: String,
+}
+
+impl GroupResource {
+    /// Builds a group/resource pair.
+    pub fn new(group: &str, resource: &str) -> GroupResource {
+        GroupResource {
+            group: group.to_string(),
+            resource: resource.to_string(),
+        }
+    }
+
+    /// The group/resource of a `k8s-openapi` type, for example `GroupResource::of::<Pod>()`.
+    pub fn of<K: k8s_openapi::Resource>() -> GroupResource {
+        GroupResource::new(K::GROUP, K::URL_PATH_SEGMENT)
+    }
+
+    /// Core `pods`.
+    pub fn pods() -> GroupResource {
+        GroupResource::new("", "pods")
+    }
+
+    /// Core `namespaces`.
+    pub fn namespaces() -> GroupResource {
+        GroupResource::new("", "namespaces")
+    }
+
+    /// Core `events`.
+    pub fn events() -> GroupResource {
+        GroupResource::new("", "events")
+    }
+
+    /// Core `nodes`.
+    pub fn nodes() -> GroupResource {
+        GroupResource::new("", "nodes")
+    }
+
+    /// `apps` `deployments`.
+    pub fn deployments() -> GroupResource {
+        GroupResource::new("apps", "deployments")
+    }
+
+    /// `apps` `replicasets`.
+    pub fn replicasets() -> GroupResource {
+        GroupResource::new("apps", "replicasets")
+    }
+
+    /// `apiextensions.k8s.io` `customresourcedefinitions`.
+    pub fn crds() -> GroupResource {
+        GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions")
+    }
+}
+
+impl fmt::Display for GroupResource {
+    /// Formats like Kubernetes' qualified resource: `deployments.apps`, or `pods` for the core group.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.group.is_empty() {
+            write!(f, "{}", self.resource)
+        } else {
+            write!(f, "{}.{}", self.resource, self.group)
+        }
+    }
+}
+
+/// How `metadata.generation` is maintained for a resource.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GenerationRule {
+    /// No generation is kept (pods, config maps and most core types).
+    None,
+    /// Starts at 1 and bumps when `spec` changes (ReplicaSets, CRDs).
+    Spec,
+    /// Bumps when `spec` or `metadata.annotations` change (Deployments).
+    SpecOrAnnotations,
+    /// Bumps on any change outside `metadata` (custom resources); `status` counts only without the status subresource.
+    NonMetadata,
+}
+
+/// Where a resource comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Origin {
+    /// Compiled into the simulator; strategic merge patch is accepted.
+    BuiltIn,
+    /// Served because a CustomResourceDefinition is established.
+    Custom(CustomInfo),
+}
+
+/// What a custom resource needs beyond the common fields.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CustomInfo {
+    /// The name of the defining CRD, `<plural>.<group>`.
+    pub crd_name: String,
+    /// The openAPIV3Schema of each served version, by version name.
+    pub schemas: Vec<(String, Value)>,
+}
+
+/// Everything the simulator knows about one resource.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResourceInfo {
+    /// API group, empty for core.
+    pub group: String,
+    /// Served versions, preferred first.
+    pub versions: Vec<String>,
+    /// Plural name.
+    pub plural: String,
+    /// Singular name.
+    pub singular: String,
+    /// Kind.
+    pub kind: String,
+    /// Kind of the list type.
+    pub list_kind: String,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// Short names for kubectl.
+    pub short_names: Vec<String>,
+    /// Categories for kubectl (`all`).
+    pub categories: Vec<String>,
+    /// Whether a `/status` subresource exists.
+    pub status_subresource: bool,
+    /// Whether a `/scale` subresource exists.
+    pub scale_subresource: bool,
+    /// Whether a `/log` subresource exists (pods).
+    pub log_subresource: bool,
+    /// How `generation` moves.
+    pub generation: GenerationRule,
+    /// Built-in or custom.
+    pub origin: Origin,
+}
+
+impl ResourceInfo {
+    /// The group/resource key of this resource.
+    pub fn group_resource(&self) -> GroupResource {
+        GroupResource::new(&self.group, &self.plural)
+    }
+
+    /// The preferred version.
+    pub fn preferred_version(&self) -> &str {
+        self.versions.first().map(String::as_str).unwrap_or("v1")
+    }
+
+    /// `apiVersion` for a version of this resource.
+    pub fn api_version(&self, version: &str) -> String {
+        if self.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{}", self.group, version)
+        }
+    }
+
+    /// Whether the version is served.
+    pub fn serves(&self, version: &str) -> bool {
+        self.versions.iter().any(|v| v == version)
+    }
+
+    /// Whether this resource is a custom resource.
+    pub fn is_custom(&self) -> bool {
+        matches!(self.origin, Origin::Custom(_))
+    }
+
+    /// The structural schema of a version of a custom resource.
+    pub fn schema(&self, version: &str) -> Option<&Value> {
+        match &self.origin {
+            Origin::Custom(c) => c.schemas.iter().find(|(v, _)| v == version).map(|(_, s)| s),
+            Origin::BuiltIn => None,
+        }
+    }
+
+    /// Verbs advertised in discovery.
+    pub fn verbs(&self) -> Vec<&'static str> {
+        vec![
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ]
+    }
+}
+
+struct BuiltIn {
+    group: &'static str,
+    version: &'static str,
+    plural: &'static str,
+    singular: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+    all: bool,
+    status: bool,
+    scale: bool,
+    generation: GenerationRule,
+}
+
+const BUILT_INS: &[BuiltIn] = &[
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "namespaces",
+        singular: "namespace",
+        kind: "Namespace",
+        namespaced: false,
+        short_names: &["ns"],
+        all: false,
+        status: true,
+        scale: false,
+        generation: GenerationRule::None,
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "nodes",
+        singular: "node",
+        kind: "Node",
+        namespaced: false,
+        short_names: &["no"],
+        all: false,
+        status: true,
+        scale: false,
+        generation: GenerationRule::None,
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "configmaps",
+        singular: "configmap",
+        kind: "ConfigMap",
+        namespaced: true,
+        short_names: &["cm"],
+        all: false,
+        status: false,
+        scale: false,
+        generation: GenerationRule::None,
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "secrets",
+        singular: "secret",
+        kind: "Secret",
+        namespaced: true,
+        short_names: &[],
+        all: false,
+        status: false,
+        scale: false,
+        generation: GenerationRule::None,
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "services",
+        singular: "service",
+        kind: "Service",
+        namespaced: true,
+        short_names: &["svc"],
+        all: true,
+        status: true,
+        scale: false,
+        generation: GenerationRule::None,
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "serviceaccounts",
+        singular: "serviceaccount",
+        kind: "ServiceAccount",
+        namespaced: true,
+        short_names: &["sa"],
+        all: false,
+        status: false,
+        scale: false,
+        generation: GenerationRule::None,
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        short_names: &["ev"],
+        all: false,
+        status: false,
+        scale: false,
+        generation: GenerationRule::None,
+    },
+    BuiltIn {
+        group: "",
+        version: "v1",
+        plural: "pods",
+        singular: "pod",
+        kind: "Pod",
+        namespaced: true,
+        short_names: &["po"],
+        all: true,
+        status: true,
+        scale: false,
+        generation: GenerationRule::None,
+    },
+    BuiltIn {
+        group: "apps",
+        version: "v1",
+        plural: "deployments",
+        singular: "deployment",
+        kind: "Deployment",
+        namespaced: true,
+        short_names: &["deploy"],
+        all: true,
+        status: true,
+        scale: true,
+        generation: GenerationRule::SpecOrAnnotations,
+    },
+    BuiltIn {
+        group: "apps",
+        version: "v1",
+        plural: "replicasets",
+        singular: "replicaset",
+        kind: "ReplicaSet",
+        namespaced: true,
+        short_names: &["rs"],
+        all: true,
+        status: true,
+        scale: true,
+        generation: GenerationRule::Spec,
+    },
+    BuiltIn {
+        group: "apiextensions.k8s.io",
+        version: "v1",
+        plural: "customresourcedefinitions",
+        singular: "customresourcedefinition",
+        kind: "CustomResourceDefinition",
+        namespaced: false,
+        short_names: &["crd", "crds"],
+        all: false,
+        status: true,
+        scale: false,
+        generation: GenerationRule::Spec,
+    },
+];
+
+/// The built-in resources, in discovery order.
+pub fn built_ins() -> Vec<ResourceInfo> {
+    BUILT_INS
+        .iter()
+        .map(|b| ResourceInfo {
+            group: b.group.to_string(),
+            versions: vec![b.version.to_string()],
+            plural: b.plural.to_string(),
+            singular: b.singular.to_string(),
+            kind: b.kind.to_string(),
+            list_kind: format!("{}List", b.kind),
+            namespaced: b.namespaced,
+            short_names: b.short_names.iter().map(|s| s.to_string()).collect(),
+            categories: if b.all {
+                vec!["all".to_string()]
+            } else {
+                vec![]
+            },
+            status_subresource: b.status,
+            scale_subresource: b.scale,
+            log_subresource: b.plural == "pods",
+            generation: b.generation,
+            origin: Origin::BuiltIn,
+        })
+        .collect()
+}
+
+/// Builds the description of a custom resource from a CRD object, or `None` if the CRD is malformed.
+pub fn from_crd(crd: &Value) -> Option<ResourceInfo> {
+    let spec = crd.get("spec")?;
+    let group = spec.get("group")?.as_str()?.to_string();
+    let names = spec.get("names")?;
+    let plural = names.get("plural")?.as_str()?.to_string();
+    let kind = names.get("kind")?.as_str()?.to_string();
+    let singular = names
+        .get("singular")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| kind.to_lowercase());
+    let list_kind = names
+        .get("listKind")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{kind}List"));
+    let strings = |v: Option<&Value>| -> Vec<String> {
+        v.and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let namespaced = spec.get("scope").and_then(Value::as_str) != Some("Cluster");
+    let mut versions = Vec::new();
+    let mut schemas = Vec::new();
+    let mut status = false;
+    let mut scale = false;
+    for v in spec.get("versions")?.as_array()? {
+        if v.get("served").and_then(Value::as_bool) != Some(true) {
+            continue;
+        }
+        let name = v.get("name")?.as_str()?.to_string();
+        if let Some(sub) = v.get("subresources") {
+            status |= sub.get("status").is_some();
+            scale |= sub.get("scale").is_some();
+        }
+        let schema = v
+            .pointer("/schema/openAPIV3Schema")
+            .cloned()
+            .unwrap_or(Value::Null);
+        schemas.push((name.clone(), schema));
+        versions.push(name);
+    }
+    if versions.is_empty() {
+        return None;
+    }
+    versions.sort_by(|a, b| compare_versions(a, b));
+    Some(ResourceInfo {
+        group,
+        versions,
+        plural: plural.clone(),
+        singular,
+        kind,
+        list_kind,
+        namespaced,
+        short_names: strings(names.get("shortNames")),
+        categories: strings(names.get("categories")),
+        status_subresource: status,
+        scale_subresource: scale,
+        log_subresource: false,
+        generation: GenerationRule::NonMetadata,
+        origin: Origin::Custom(CustomInfo {
+            crd_name: crd
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            schemas,
+        }),
+    })
+}
+
+/// Orders versions by Kubernetes priority: GA before beta before alpha, higher numbers first,
+/// then non-Kubernetes-looking names alphabetically.
+pub fn compare_versions(a: &str, b: &str) -> Ordering {
+    fn parse(v: &str) -> Option<(u64, u8, u64)> {
+        let rest = v.strip_prefix('v')?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        let major: u64 = digits.parse().ok()?;
+        let tail = &rest[digits.len()..];
+        if tail.is_empty() {
+            return Some((major, 2, 0));
+        }
+        let (level, minor) = if let Some(m) = tail.strip_prefix("beta") {
+            (1, m)
+        } else if let Some(m) = tail.strip_prefix("alpha") {
+            (0, m)
+        } else {
+            return None;
+        };
+        Some((major, level, minor.parse().ok()?))
+    }
+    match (parse(a), parse(b)) {
+        (Some((ma, la, na)), Some((mb, lb, nb))) => lb.cmp(&la).then(mb.cmp(&ma)).then(nb.cmp(&na)),
+        (Some(_), None) => Ordering::Less,
+        (None, Some(_)) => Ordering::Greater,
+        (None, None) => a.cmp(b),
+    }
+}
