@@ -4,6 +4,9 @@
 //! line over this crate.
 
 pub mod config;
+pub mod docker;
+pub mod image;
 pub mod manifest;
 pub mod plan;
+pub mod registry;
 pub mod state;

@@ -1,0 +1,550 @@
+//! The image pipeline: build a component, push it to the environment's
+//! registry as `<registry host>/<image>:dev`, and prove that the registry
+//! serves exactly what was built.
+//!
+//! Two backends build images. [`cargo`] runs a static release build and
+//! assembles a reproducible single-layer image itself ([`oci`]), then pushes
+//! it over the distribution API ([`distribution`]), uploading only the blobs
+//! the registry lacks. [`docker`] builds a Dockerfile through the engine and
+//! lets the engine push. Either way, the manifest is then fetched back by
+//! tag, and the sha256 of its bytes, the registry's `Docker-Content-Digest`
+//! and the digest the build reported must all agree ([`verify`]); anything
+//! else is an error. Only verified pushes reach the state file.
+
+pub mod cargo;
+pub mod context;
+pub mod distribution;
+pub mod docker;
+pub mod oci;
+
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use bollard::Docker;
+use serde::Serialize;
+use xshell::{Shell, cmd};
+
+use crate::{
+    config::{Build, Config},
+    state::{PushedImage, State},
+};
+
+/// The tag every push updates.
+pub const DEV_TAG: &str = "dev";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] crate::config::Error),
+    #[error("component `{component}`: the registry is not usable: {source}")]
+    Registry {
+        component: String,
+        #[source]
+        source: Box<distribution::Error>,
+    },
+    #[error("component `{component}`: cargo build failed: {source}")]
+    Cargo {
+        component: String,
+        #[source]
+        source: cargo::Error,
+    },
+    #[error("component `{component}`: builds with Docker, but {source}")]
+    NeedsDocker {
+        component: String,
+        #[source]
+        source: crate::docker::Error,
+    },
+    #[error("component `{component}`: {source}")]
+    Docker {
+        component: String,
+        #[source]
+        source: Box<docker::Error>,
+    },
+    #[error("component `{component}`: push to {registry} failed: {source}")]
+    Push {
+        component: String,
+        registry: String,
+        #[source]
+        source: Box<distribution::Error>,
+    },
+    #[error(
+        "component `{component}`: after the push, the registry has no manifest at `{reference}`; is `registry.external` pointing at the registry the engine pushes to?"
+    )]
+    Vanished {
+        component: String,
+        reference: String,
+    },
+    #[error(
+        "component `{component}`: `{reference}` failed verification: the registry served bytes with sha256 {served}, its `Docker-Content-Digest` says {header}, the build reported {reported}; the registry does not hold what was built, so nothing was recorded (push again; if it persists, `cargo xtask dev down --purge` clears the registry)"
+    )]
+    Mismatch {
+        component: String,
+        reference: String,
+        served: String,
+        header: String,
+        reported: String,
+    },
+    #[error(
+        "component `{component}`: pushed and verified as {digest}, but the state could not be written ({cause}); push again once it can"
+    )]
+    Unrecorded {
+        component: String,
+        digest: String,
+        cause: String,
+    },
+    #[error("cannot record the pushed digests: {source}")]
+    State {
+        #[source]
+        source: crate::state::Error,
+    },
+    #[error("cannot tell the git commit of {}: {source}; is it a git checkout with `git` installed?", dir.display())]
+    Vcs {
+        dir: PathBuf,
+        #[source]
+        source: xshell::Error,
+    },
+}
+
+/// How to run builds.
+#[derive(Debug, Clone, Copy)]
+pub struct PushOptions {
+    /// Stream build output instead of showing it only on failure.
+    pub verbose: bool,
+}
+
+/// A verified push of one component.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pushed {
+    pub component: String,
+    /// The repository path, such as `demo/worker`.
+    pub image: String,
+    /// `host:port/<image>:dev` as pushed from the host.
+    pub reference: String,
+    /// `sha256:<hex>` of the manifest.
+    pub digest: String,
+    /// Bytes sent to the registry: missing blobs, and the manifest when new.
+    pub uploaded_bytes: u64,
+    pub uploaded_blobs: usize,
+    /// Blobs the registry already had.
+    pub skipped_blobs: usize,
+    #[serde(skip)]
+    pub elapsed: Duration,
+}
+
+/// The reference pods pull: `<cluster host>/<image>@<digest>`, pinned to
+/// the digest so that a cached `:dev` can never be run by mistake.
+pub fn cluster_reference(config: &Config, image: &str, digest: &str) -> String {
+    format!("{}/{image}@{digest}", config.registry.cluster_host)
+}
+
+/// Builds, pushes and verifies `components` (all of them run concurrently),
+/// then records every verified push in the state. One failure does not stop
+/// the others; results come back in the order asked.
+pub async fn push_components(
+    config: &Config,
+    registry: &distribution::Client,
+    components: &[String],
+    options: PushOptions,
+) -> Vec<Result<Pushed, Error>> {
+    let needs_docker = components.iter().any(|name| {
+        matches!(
+            config.component(name).map(|c| &c.build),
+            Ok(Build::Docker { .. })
+        )
+    });
+    // One connection for every Docker build; when it fails, each of them
+    // tries again and reports why.
+    let docker = if needs_docker {
+        crate::docker::connect().await.ok()
+    } else {
+        None
+    };
+    let pushes = components
+        .iter()
+        .map(|name| push_component(config, registry, docker.as_ref(), name, options));
+    let mut results = futures::future::join_all(pushes).await;
+    let pushed: Vec<&Pushed> = results.iter().filter_map(|r| r.as_ref().ok()).collect();
+    if !pushed.is_empty()
+        && let Err(e) = record(&config.state_dir(), &pushed)
+    {
+        let cause = e.to_string();
+        for result in &mut results {
+            if let Ok(it) = result {
+                *result = Err(Error::Unrecorded {
+                    component: it.component.clone(),
+                    digest: it.digest.clone(),
+                    cause: cause.clone(),
+                });
+            }
+        }
+    }
+    results
+}
+
+/// Writes `pushed` into the state in `state_dir`, keeping everything else.
+pub fn record(state_dir: &Path, pushed: &[&Pushed]) -> Result<(), Error> {
+    let mut state = State::load(state_dir).map_err(|source| Error::State { source })?;
+    for it in pushed {
+        state.images.insert(
+            it.component.clone(),
+            PushedImage {
+                digest: it.digest.clone(),
+                repository: it.image.clone(),
+            },
+        );
+    }
+    state
+        .save(state_dir)
+        .map_err(|source| Error::State { source })
+}
+
+/// Builds, pushes and verifies one component. Records nothing.
+pub async fn push_component(
+    config: &Config,
+    registry: &distribution::Client,
+    docker: Option<&Docker>,
+    name: &str,
+    options: PushOptions,
+) -> Result<Pushed, Error> {
+    let started = Instant::now();
+    let component = config.component(name)?;
+    let repo = component.image.as_str();
+    let reference = format!("{}/{repo}:{DEV_TAG}", registry.host());
+    let registry_err = |source| Error::Registry {
+        component: name.to_string(),
+        source: Box::new(source),
+    };
+    registry.ping().await.map_err(registry_err)?;
+    let push_err = |source| Error::Push {
+        component: name.to_string(),
+        registry: registry.host().to_string(),
+        source: Box::new(source),
+    };
+    let before = registry
+        .get_manifest(repo, DEV_TAG)
+        .await
+        .map_err(push_err)?;
+
+    let (digest, uploaded_bytes, uploaded_blobs, skipped_blobs) = match &component.build {
+        Build::Cargo { package, bin } => {
+            let build = cargo::Build {
+                root: &config.root,
+                package,
+                bin,
+                verbose: options.verbose,
+            };
+            let image = build_cargo(build).await.map_err(|source| Error::Cargo {
+                component: name.to_string(),
+                source,
+            })?;
+            let mut upload = Upload::default();
+            for blob in image.blobs() {
+                if registry
+                    .blob_exists(repo, &blob.digest)
+                    .await
+                    .map_err(push_err)?
+                {
+                    upload.skipped_blobs += 1;
+                } else {
+                    registry
+                        .upload_blob(repo, &blob.digest, blob.bytes.clone())
+                        .await
+                        .map_err(push_err)?;
+                    upload.uploaded_blobs += 1;
+                    upload.uploaded_bytes += blob.bytes.len() as u64;
+                }
+            }
+            let unchanged = before
+                .as_ref()
+                .is_some_and(|m| oci::sha256_digest(&m.bytes) == image.manifest.digest);
+            if !unchanged {
+                registry
+                    .put_manifest(
+                        repo,
+                        DEV_TAG,
+                        image.manifest.media_type,
+                        image.manifest.bytes.clone(),
+                    )
+                    .await
+                    .map_err(push_err)?;
+                upload.uploaded_bytes += image.manifest.bytes.len() as u64;
+            }
+            (
+                image.manifest.digest,
+                upload.uploaded_bytes,
+                upload.uploaded_blobs,
+                upload.skipped_blobs,
+            )
+        }
+        Build::Docker {
+            context,
+            dockerfile,
+            target,
+            build_args,
+        } => {
+            let connected;
+            let docker = match docker {
+                Some(docker) => docker,
+                None => {
+                    connected =
+                        crate::docker::connect()
+                            .await
+                            .map_err(|source| Error::NeedsDocker {
+                                component: name.to_string(),
+                                source,
+                            })?;
+                    &connected
+                }
+            };
+            let docker_err = |source| Error::Docker {
+                component: name.to_string(),
+                source: Box::new(source),
+            };
+            let repository = format!("{}/{repo}", registry.host());
+            let build = docker::Build {
+                context,
+                dockerfile,
+                target: target.as_deref(),
+                build_args,
+                repository: &repository,
+                tag: DEV_TAG,
+                verbose: options.verbose,
+            };
+            docker::build(docker, &build).await.map_err(docker_err)?;
+            let digest = docker::push(docker, &repository, DEV_TAG)
+                .await
+                .map_err(docker_err)?;
+            // The engine does not say what it uploaded: compare the new
+            // manifest's blobs with those of the manifest the tag had before.
+            let after = verify(registry, name, repo, &digest).await?;
+            let upload = compare(before.as_ref(), &after, &digest);
+            (
+                digest,
+                upload.uploaded_bytes,
+                upload.uploaded_blobs,
+                upload.skipped_blobs,
+            )
+        }
+    };
+    verify(registry, name, repo, &digest).await?;
+    Ok(Pushed {
+        component: name.to_string(),
+        image: repo.to_string(),
+        reference,
+        digest,
+        uploaded_bytes,
+        uploaded_blobs,
+        skipped_blobs,
+        elapsed: started.elapsed(),
+    })
+}
+
+async fn build_cargo(build: cargo::Build<'_>) -> Result<oci::Image, cargo::Error> {
+    let (root, package, bin, verbose) = (
+        build.root.to_path_buf(),
+        build.package.to_string(),
+        build.bin.to_string(),
+        build.verbose,
+    );
+    tokio::task::spawn_blocking(move || {
+        cargo::build_image(&cargo::Build {
+            root: &root,
+            package: &package,
+            bin: &bin,
+            verbose,
+        })
+    })
+    .await
+    .expect("the cargo build task does not panic")
+}
+
+#[derive(Debug, Default)]
+struct Upload {
+    uploaded_bytes: u64,
+    uploaded_blobs: usize,
+    skipped_blobs: usize,
+}
+
+/// What a push sent, judged by the blobs of the manifest before and after.
+fn compare(
+    before: Option<&distribution::Manifest>,
+    after: &distribution::Manifest,
+    digest: &str,
+) -> Upload {
+    let had: BTreeSet<String> = before
+        .map(|m| descriptors(&m.bytes).into_iter().map(|(d, _)| d).collect())
+        .unwrap_or_default();
+    let mut upload = Upload::default();
+    for (blob, size) in descriptors(&after.bytes) {
+        if had.contains(&blob) {
+            upload.skipped_blobs += 1;
+        } else {
+            upload.uploaded_blobs += 1;
+            upload.uploaded_bytes += size;
+        }
+    }
+    let unchanged = before.is_some_and(|m| oci::sha256_digest(&m.bytes) == digest);
+    if !unchanged {
+        upload.uploaded_bytes += after.bytes.len() as u64;
+    }
+    upload
+}
+
+/// The `(digest, size)` of the config and layers a manifest names.
+fn descriptors(manifest: &[u8]) -> Vec<(String, u64)> {
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(manifest) else {
+        return Vec::new();
+    };
+    let config = value.get("config").into_iter();
+    let layers = value
+        .get("layers")
+        .and_then(|l| l.as_array())
+        .into_iter()
+        .flatten();
+    config
+        .chain(layers)
+        .filter_map(|d| {
+            Some((
+                d.get("digest")?.as_str()?.to_string(),
+                d.get("size")?.as_u64()?,
+            ))
+        })
+        .collect()
+}
+
+/// Fetches the manifest at `<repo>:dev` and checks that the sha256 of the
+/// served bytes, the registry's `Docker-Content-Digest` and `reported` are
+/// one and the same digest.
+pub async fn verify(
+    registry: &distribution::Client,
+    component: &str,
+    repo: &str,
+    reported: &str,
+) -> Result<distribution::Manifest, Error> {
+    let reference = format!("{}/{repo}:{DEV_TAG}", registry.host());
+    let manifest = registry
+        .get_manifest(repo, DEV_TAG)
+        .await
+        .map_err(|source| Error::Push {
+            component: component.to_string(),
+            registry: registry.host().to_string(),
+            source: Box::new(source),
+        })?
+        .ok_or_else(|| Error::Vanished {
+            component: component.to_string(),
+            reference: reference.clone(),
+        })?;
+    let served = oci::sha256_digest(&manifest.bytes);
+    let header = manifest.digest_header.clone().unwrap_or_default();
+    if served != header || served != reported {
+        return Err(Error::Mismatch {
+            component: component.to_string(),
+            reference,
+            served,
+            header: if header.is_empty() {
+                String::from("nothing")
+            } else {
+                header
+            },
+            reported: reported.to_string(),
+        });
+    }
+    Ok(manifest)
+}
+
+/// A tag for non-dev pushes: the first 8 hex digits of the commit checked
+/// out in `dir`, with `-dirty` when the work tree has changes.
+pub fn vcs_tag(dir: &Path) -> Result<String, Error> {
+    let vcs = |source| Error::Vcs {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let sh = Shell::new().map_err(vcs)?;
+    sh.change_dir(dir);
+    let commit = cmd!(sh, "git rev-parse HEAD").quiet().read().map_err(vcs)?;
+    let status = cmd!(sh, "git status --porcelain --untracked-files=normal")
+        .quiet()
+        .read()
+        .map_err(vcs)?;
+    Ok(vcs_tag_of(&commit, !status.trim().is_empty()))
+}
+
+fn vcs_tag_of(commit: &str, dirty: bool) -> String {
+    let short: String = commit.trim().chars().take(8).collect();
+    if dirty {
+        format!("{short}-dirty")
+    } else {
+        short
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vcs_tag_is_eight_hex_digits_and_marks_a_dirty_tree() {
+        let commit = "0123456789abcdef0123456789abcdef01234567\n";
+        assert_eq!(vcs_tag_of(commit, false), "01234567");
+        assert_eq!(vcs_tag_of(commit, true), "01234567-dirty");
+    }
+
+    #[test]
+    fn vcs_tag_reads_the_checkout() {
+        let dir = tempfile::tempdir().unwrap();
+        let sh = Shell::new().unwrap();
+        sh.change_dir(dir.path());
+        let git = |args: &[&str]| {
+            cmd!(sh, "git -c user.name=t -c user.email=t@t {args...}")
+                .quiet()
+                .ignore_stdout()
+                .ignore_stderr()
+                .run()
+                .unwrap()
+        };
+        git(&["init", "-q"]);
+        std::fs::write(dir.path().join("a"), "1").unwrap();
+        git(&["add", "a"]);
+        git(&["commit", "-q", "-m", "one"]);
+        let commit = cmd!(sh, "git rev-parse HEAD").read().unwrap();
+        assert_eq!(vcs_tag(dir.path()).unwrap(), commit[..8]);
+        std::fs::write(dir.path().join("a"), "2").unwrap();
+        assert_eq!(
+            vcs_tag(dir.path()).unwrap(),
+            format!("{}-dirty", &commit[..8])
+        );
+    }
+
+    #[test]
+    fn compare_counts_only_new_blobs() {
+        let manifest = |layers: &[(&str, u64)]| {
+            let layers: Vec<_> = layers
+                .iter()
+                .map(|(d, s)| serde_json::json!({"digest": d, "size": s}))
+                .collect();
+            let bytes = serde_json::to_vec(&serde_json::json!({
+                "config": {"digest": format!("c{}", layers.len()), "size": 7},
+                "layers": layers,
+            }))
+            .unwrap();
+            distribution::Manifest {
+                bytes: bytes.into(),
+                digest_header: None,
+                media_type: None,
+            }
+        };
+        let before = manifest(&[("a", 100), ("b", 200)]);
+        let after = manifest(&[("a", 100), ("c", 300)]);
+        let digest = oci::sha256_digest(&after.bytes);
+        let upload = compare(Some(&before), &after, &digest);
+        assert_eq!(upload.skipped_blobs, 2, "config and layer a were there");
+        assert_eq!(upload.uploaded_blobs, 1);
+        assert_eq!(upload.uploaded_bytes, 300 + after.bytes.len() as u64);
+        let same = compare(Some(&after), &after, &digest);
+        assert_eq!((same.uploaded_blobs, same.uploaded_bytes), (0, 0));
+    }
+}

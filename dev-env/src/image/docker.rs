@@ -1,0 +1,168 @@
+//! The `docker` backend: a Dockerfile build through the engine (legacy
+//! builder, no pulls beyond what the Dockerfile's base images need), then
+//! a push by the engine itself.
+//!
+//! The build log is kept quiet unless asked for; on failure its tail is
+//! part of the error. The push stream carries no per-layer IDs in bollard's
+//! types, so the digest is read from its closing status line
+//! (`dev: digest: sha256:… size: N`) and verified against the registry.
+
+use std::{collections::HashMap, path::Path};
+
+use bollard::{
+    Docker,
+    query_parameters::{BuildImageOptionsBuilder, PushImageOptionsBuilder},
+};
+use futures::StreamExt;
+
+use super::{cargo::tail, context};
+
+/// How many lines of the build log a failure shows.
+const LOG_TAIL: usize = 30;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Context(#[from] context::Error),
+    #[error("the Docker build failed: {message}; last lines of the build log:\n{tail}")]
+    Build { message: String, tail: String },
+    #[error("the Docker build ended without an image ID; last lines of the build log:\n{tail}")]
+    NoImage { tail: String },
+    #[error("the Docker engine could not push `{reference}`: {source}")]
+    Push {
+        reference: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error(
+        "the Docker engine pushed `{reference}` but never reported a digest; its last status lines:\n{tail}"
+    )]
+    NoDigest { reference: String, tail: String },
+}
+
+/// A Dockerfile build.
+#[derive(Debug, Clone)]
+pub struct Build<'a> {
+    pub context: &'a Path,
+    pub dockerfile: &'a Path,
+    pub target: Option<&'a str>,
+    pub build_args: &'a std::collections::BTreeMap<String, String>,
+    /// `host:port/repository`, without a tag.
+    pub repository: &'a str,
+    pub tag: &'a str,
+    /// Stream the build log instead of showing it only on failure.
+    pub verbose: bool,
+}
+
+/// Builds the image and tags it `<repository>:<tag>`; returns the image ID.
+pub async fn build(docker: &Docker, build: &Build<'_>) -> Result<String, Error> {
+    let (context_dir, dockerfile) = (build.context.to_path_buf(), build.dockerfile.to_path_buf());
+    let packed = tokio::task::spawn_blocking(move || context::pack(&context_dir, &dockerfile))
+        .await
+        .expect("packing the context does not panic")?;
+    let tag = format!("{}:{}", build.repository, build.tag);
+    let build_args: HashMap<String, String> = build
+        .build_args
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut options = BuildImageOptionsBuilder::default()
+        .dockerfile(&packed.dockerfile)
+        .t(&tag)
+        .rm(true)
+        .forcerm(true)
+        .buildargs(&build_args);
+    if let Some(target) = build.target {
+        options = options.target(target);
+    }
+    let mut stream = docker.build_image(
+        options.build(),
+        None,
+        Some(bollard::body_full(packed.tar.into())),
+    );
+    let mut log = String::new();
+    let mut image_id = None;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(info) => {
+                if let Some(line) = info.stream.as_deref().or(info.status.as_deref()) {
+                    if build.verbose {
+                        eprint!("{line}");
+                    }
+                    log.push_str(line);
+                    if !line.ends_with('\n') {
+                        log.push('\n');
+                    }
+                }
+                if let Some(id) = info.aux.and_then(|aux| aux.id) {
+                    image_id = Some(id);
+                }
+            }
+            Err(e) => {
+                let message = match e {
+                    bollard::errors::Error::DockerStreamError { error } => error,
+                    other => other.to_string(),
+                };
+                return Err(Error::Build {
+                    message: message.trim().to_string(),
+                    tail: tail(&log, LOG_TAIL),
+                });
+            }
+        }
+    }
+    image_id.ok_or_else(|| Error::NoImage {
+        tail: tail(&log, LOG_TAIL),
+    })
+}
+
+/// Pushes `<repository>:<tag>` through the engine; returns the digest the
+/// engine reports.
+pub async fn push(docker: &Docker, repository: &str, tag: &str) -> Result<String, Error> {
+    let reference = format!("{repository}:{tag}");
+    let options = PushImageOptionsBuilder::default().tag(tag).build();
+    let mut stream = docker.push_image(repository, Some(options), None);
+    let mut statuses = String::new();
+    let mut digest = None;
+    while let Some(item) = stream.next().await {
+        let info = item.map_err(|source| Error::Push {
+            reference: reference.clone(),
+            source,
+        })?;
+        if let Some(status) = info.status {
+            if let Some(found) = digest_of_status(&status) {
+                digest = Some(found);
+            }
+            statuses.push_str(&status);
+            statuses.push('\n');
+        }
+    }
+    digest.ok_or_else(|| Error::NoDigest {
+        reference,
+        tail: tail(&statuses, 10),
+    })
+}
+
+/// The digest of a push's closing status line,
+/// `<tag>: digest: sha256:<hex> size: <n>`.
+fn digest_of_status(status: &str) -> Option<String> {
+    let rest = &status[status.find("digest: ")? + "digest: ".len()..];
+    let digest = rest.split_whitespace().next()?;
+    let hex = digest.strip_prefix("sha256:")?;
+    (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit())).then(|| digest.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_comes_from_the_closing_status_line() {
+        let hex = "286203413105f855d4a5de340054d822864653ac1d70082b135f67d67e0818fb";
+        assert_eq!(
+            digest_of_status(&format!("dev: digest: sha256:{hex} size: 524")),
+            Some(format!("sha256:{hex}"))
+        );
+        assert_eq!(digest_of_status("Pushed"), None);
+        assert_eq!(digest_of_status("dev: digest: sha256:abc size: 1"), None);
+    }
+}

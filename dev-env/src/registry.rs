@@ -1,0 +1,507 @@
+//! The registry of an environment: a distribution registry container that
+//! the host pushes to on `127.0.0.1:<hostPort>` and the cluster pulls from
+//! as `<registry.name>:5000` on the shared network.
+//!
+//! [`ensure`] is idempotent: it reuses the container when it exists (and
+//! starts it when stopped), and otherwise creates it from `registry.image`
+//! with a named volume on `/var/lib/registry`, so pushed images outlive the
+//! container. A `hostPort` of 0 means a free port picked once and kept in
+//! the state. With `registry.external` nothing is created: the declared
+//! registry is used as it is. Either way the registry counts as up only
+//! once `GET /v2/` answers 200, within [`READY_TIMEOUT`].
+//!
+//! Offline, when `registry.image` is neither present nor pullable and the
+//! distribution binary is on the host (Debian's `docker-registry`), an
+//! image is built from that binary and the libraries it links
+//! ([`build_local_image`]), and used instead.
+
+use std::{
+    collections::HashMap,
+    net::TcpListener,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use bollard::{
+    Docker,
+    models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig, PortBinding},
+    query_parameters::{CreateContainerOptionsBuilder, CreateImageOptionsBuilder},
+};
+use futures::StreamExt;
+use xshell::{Shell, cmd};
+
+use crate::{
+    config::{Config, REGISTRY_CONTAINER_PORT},
+    docker::{self as engine, LABEL_NAME},
+    image::{self, distribution},
+    state::State,
+};
+
+/// The `dev-env.role` of the registry container and its volume.
+pub const ROLE: &str = "registry";
+/// The label recording which image the container was created from.
+pub const LABEL_IMAGE: &str = "dev-env.image";
+/// How long the registry may take to answer `GET /v2/`.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a pull of `registry.image` may take.
+pub const PULL_TIMEOUT: Duration = Duration::from_secs(120);
+/// Where Debian's `docker-registry` package installs the distribution binary.
+pub const DISTRIBUTION_BINARY: &str = "/usr/bin/docker-registry";
+/// The tag of the image built from [`DISTRIBUTION_BINARY`].
+pub const LOCAL_IMAGE: &str = "dev-env/registry:distribution";
+/// Where the registry keeps its data inside the container.
+pub const DATA_DIR: &str = "/var/lib/registry";
+
+/// The registry's configuration inside a locally built image: the same as
+/// the upstream image's, with deletes allowed.
+const LOCAL_CONFIG: &str = "\
+version: 0.1
+log:
+  fields:
+    service: registry
+storage:
+  cache:
+    blobdescriptor: inmemory
+  filesystem:
+    rootdirectory: /var/lib/registry
+  delete:
+    enabled: true
+http:
+  addr: :5000
+  headers:
+    X-Content-Type-Options: [nosniff]
+";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Engine(#[from] engine::Error),
+    #[error(transparent)]
+    State(#[from] crate::state::Error),
+    #[error(
+        "container `{container}` exists but does not belong to environment `{name}` (its `{LABEL_NAME}` label is {found:?}); rename `registry.name` or remove that container"
+    )]
+    Foreign {
+        container: String,
+        name: String,
+        found: Option<String>,
+    },
+    #[error(
+        "registry container `{container}` publishes port {actual}, but `registry.hostPort` is {declared}; run `cargo xtask dev up --recreate` to recreate it"
+    )]
+    PortDrift {
+        container: String,
+        declared: u16,
+        actual: u16,
+    },
+    #[error(
+        "network `{network}` does not exist; `cargo xtask dev up` creates it before the registry"
+    )]
+    NoNetwork { network: String },
+    #[error("cannot find a free port on 127.0.0.1: {source}")]
+    NoFreePort {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "registry image `{image}` is not present and cannot be pulled ({cause}), and {DISTRIBUTION_BINARY} is not installed to build one locally; run `apt-get install -y docker-registry`, or `docker pull {image}` where a registry is reachable, or set `registry.image` to an image you have"
+    )]
+    NoImage { image: String, cause: String },
+    #[error("cannot build the local registry image from {}: {cause}", binary.display())]
+    LocalImage { binary: PathBuf, cause: String },
+    #[error(
+        "the registry at {host} did not answer `GET /v2/` with 200 within {}s; last error: {last}. Look at `docker logs {container}`",
+        timeout.as_secs()
+    )]
+    NotReady {
+        host: String,
+        container: String,
+        timeout: Duration,
+        last: String,
+    },
+    #[error(
+        "no registry port is known yet for environment `{name}`; run `cargo xtask dev up` first, or set `registry.hostPort` or `registry.external`"
+    )]
+    NoPort { name: String },
+}
+
+/// How the host reaches the registry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// `localhost:<port>`, or the `registry.external` address.
+    pub host: String,
+    /// What [`ensure`] did, for the user.
+    pub action: Action,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// `registry.external`: nothing is managed.
+    External,
+    /// The container was running already.
+    Reused,
+    /// The container existed and was started.
+    Started,
+    /// The container was created, from the image named.
+    Created { image: String },
+}
+
+impl Endpoint {
+    /// A distribution client for this registry.
+    pub fn client(&self) -> distribution::Client {
+        distribution::Client::new(&self.host)
+    }
+}
+
+/// The host address of the registry of `config` without touching Docker:
+/// `registry.external`, or `localhost:<port>` with the declared port or the
+/// one kept in the state.
+pub fn host(config: &Config, state: &State) -> Result<String, Error> {
+    if let Some(external) = &config.registry.external {
+        return Ok(external.clone());
+    }
+    let port = match config.registry.host_port {
+        0 => state.registry_port.ok_or_else(|| Error::NoPort {
+            name: config.name.clone(),
+        })?,
+        port => port,
+    };
+    Ok(format!("localhost:{port}"))
+}
+
+/// Makes sure the registry of `config` runs and answers; records a picked
+/// port in the state in `config.state_dir()`.
+pub async fn ensure(docker: &Docker, config: &Config) -> Result<Endpoint, Error> {
+    let registry = &config.registry;
+    if let Some(external) = &registry.external {
+        let endpoint = Endpoint {
+            host: external.clone(),
+            action: Action::External,
+        };
+        wait_ready(&endpoint, external).await?;
+        return Ok(endpoint);
+    }
+    let state_dir = config.state_dir();
+    let mut state = State::load(&state_dir)?;
+    let name = registry.name.as_str();
+    let (port, action) = match engine::inspect_container(docker, name).await? {
+        Some(existing) => {
+            let labels = existing
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.as_ref())
+                .cloned()
+                .unwrap_or_default();
+            let owner = labels.get(LABEL_NAME).cloned();
+            if owner.as_deref() != Some(config.name.as_str()) {
+                return Err(Error::Foreign {
+                    container: name.to_string(),
+                    name: config.name.clone(),
+                    found: owner,
+                });
+            }
+            let action = if engine::is_running(&existing) {
+                Action::Reused
+            } else {
+                docker
+                    .start_container(name, None)
+                    .await
+                    .map_err(|e| engine::Error::api(format!("start container `{name}`"), e))?;
+                Action::Started
+            };
+            // A stopped container reports no ports: read them once running.
+            let running = engine::inspect_container(docker, name).await?;
+            let actual = running
+                .as_ref()
+                .and_then(|c| engine::published_port(c, REGISTRY_CONTAINER_PORT));
+            match (registry.host_port, actual) {
+                (0, Some(actual)) => (actual, action),
+                (declared, Some(actual)) if declared != actual => {
+                    return Err(Error::PortDrift {
+                        container: name.to_string(),
+                        declared,
+                        actual,
+                    });
+                }
+                (declared, _) if declared != 0 => (declared, action),
+                (_, _) => (state.registry_port.unwrap_or(0), action),
+            }
+        }
+        None => {
+            let port = match (registry.host_port, state.registry_port) {
+                (0, Some(kept)) => kept,
+                (0, None) => free_port()?,
+                (declared, _) => declared,
+            };
+            let image = registry_image(docker, &registry.image).await?;
+            create(docker, config, &image, port).await?;
+            (port, Action::Created { image })
+        }
+    };
+    if registry.host_port == 0 && state.registry_port != Some(port) {
+        state.registry_port = Some(port);
+        state.save(&state_dir)?;
+    }
+    let endpoint = Endpoint {
+        host: format!("localhost:{port}"),
+        action,
+    };
+    wait_ready(&endpoint, name).await?;
+    Ok(endpoint)
+}
+
+/// Removes the registry container (not its volume); `false` when there
+/// was none. With `registry.external` there is nothing to remove.
+pub async fn remove(docker: &Docker, config: &Config) -> Result<bool, Error> {
+    if config.registry.external.is_some() {
+        return Ok(false);
+    }
+    Ok(engine::remove_container(docker, &config.registry.name).await?)
+}
+
+/// Polls `GET /v2/` until it answers 200 or [`READY_TIMEOUT`] passes.
+pub async fn wait_ready(endpoint: &Endpoint, container: &str) -> Result<(), Error> {
+    let client = endpoint.client();
+    let started = Instant::now();
+    loop {
+        let last = match client.ping().await {
+            Ok(()) => return Ok(()),
+            Err(e) => e.to_string(),
+        };
+        if started.elapsed() >= READY_TIMEOUT {
+            return Err(Error::NotReady {
+                host: endpoint.host.clone(),
+                container: container.to_string(),
+                timeout: READY_TIMEOUT,
+                last,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A port on 127.0.0.1 that is free right now.
+pub fn free_port() -> Result<u16, Error> {
+    let listener =
+        TcpListener::bind(("127.0.0.1", 0)).map_err(|source| Error::NoFreePort { source })?;
+    let port = listener
+        .local_addr()
+        .map_err(|source| Error::NoFreePort { source })?
+        .port();
+    Ok(port)
+}
+
+/// The image to run: `wanted` when present or pullable, otherwise the
+/// local image built from the distribution binary.
+async fn registry_image(docker: &Docker, wanted: &str) -> Result<String, Error> {
+    if engine::inspect_image(docker, wanted).await?.is_some() {
+        return Ok(wanted.to_string());
+    }
+    let cause = match pull(docker, wanted).await {
+        Ok(()) => return Ok(wanted.to_string()),
+        Err(cause) => cause,
+    };
+    if engine::inspect_image(docker, LOCAL_IMAGE).await?.is_some() {
+        eprintln!(
+            "registry image `{wanted}` cannot be pulled ({cause}); using `{LOCAL_IMAGE}`, built earlier from {DISTRIBUTION_BINARY}"
+        );
+        return Ok(LOCAL_IMAGE.to_string());
+    }
+    let binary = Path::new(DISTRIBUTION_BINARY);
+    if !binary.exists() {
+        return Err(Error::NoImage {
+            image: wanted.to_string(),
+            cause,
+        });
+    }
+    eprintln!(
+        "registry image `{wanted}` cannot be pulled ({cause}); building `{LOCAL_IMAGE}` from {DISTRIBUTION_BINARY}"
+    );
+    build_local_image(docker, binary, LOCAL_IMAGE).await?;
+    Ok(LOCAL_IMAGE.to_string())
+}
+
+/// Pulls `image` under [`PULL_TIMEOUT`]; the error is the engine's words.
+async fn pull(docker: &Docker, image: &str) -> Result<(), String> {
+    let options = CreateImageOptionsBuilder::default()
+        .from_image(image)
+        .build();
+    let pulling = async {
+        let mut stream = docker.create_image(Some(options), None, None);
+        while let Some(item) = stream.next().await {
+            item.map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
+    tokio::time::timeout(PULL_TIMEOUT, pulling)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {}s", PULL_TIMEOUT.as_secs())))
+}
+
+/// Builds image `tag` `FROM scratch` holding the distribution `binary`,
+/// the shared libraries `ldd` lists for it, and a registry configuration
+/// that serves `/var/lib/registry` on port 5000. Docker provides
+/// `/etc/hosts` and `/etc/resolv.conf` at run time; nothing else is needed.
+pub async fn build_local_image(docker: &Docker, binary: &Path, tag: &str) -> Result<(), Error> {
+    let failed = |cause: String| Error::LocalImage {
+        binary: binary.to_path_buf(),
+        cause,
+    };
+    let dir = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
+    let rootfs = dir.path().join("rootfs");
+    let mut files: Vec<PathBuf> = vec![binary.to_path_buf()];
+    files.extend(linked_libraries(binary).map_err(|e| failed(e.to_string()))?);
+    for file in &files {
+        let dest = rootfs.join(file.strip_prefix("/").unwrap_or(file));
+        std::fs::create_dir_all(dest.parent().expect("a file has a parent"))
+            .map_err(|e| failed(e.to_string()))?;
+        // Copies the target of a symlink, under the name the loader asks for.
+        std::fs::copy(file, &dest).map_err(|e| failed(format!("{}: {e}", file.display())))?;
+    }
+    let config_dir = rootfs.join("etc/docker/registry");
+    std::fs::create_dir_all(&config_dir).map_err(|e| failed(e.to_string()))?;
+    std::fs::write(config_dir.join("config.yml"), LOCAL_CONFIG)
+        .map_err(|e| failed(e.to_string()))?;
+    std::fs::create_dir_all(rootfs.join("var/lib/registry")).map_err(|e| failed(e.to_string()))?;
+    std::fs::create_dir_all(rootfs.join("tmp")).map_err(|e| failed(e.to_string()))?;
+    let entrypoint = format!("/{}", binary.strip_prefix("/").unwrap_or(binary).display());
+    let dockerfile = format!(
+        "FROM scratch\nCOPY rootfs/ /\nEXPOSE 5000\nVOLUME {DATA_DIR}\nENTRYPOINT [\"{entrypoint}\"]\nCMD [\"serve\", \"/etc/docker/registry/config.yml\"]\n"
+    );
+    std::fs::write(dir.path().join("Dockerfile"), dockerfile).map_err(|e| failed(e.to_string()))?;
+    let (repository, tag) = tag.rsplit_once(':').unwrap_or((tag, "latest"));
+    let build = image::docker::Build {
+        context: dir.path(),
+        dockerfile: &dir.path().join("Dockerfile"),
+        target: None,
+        build_args: &Default::default(),
+        repository,
+        tag,
+        verbose: false,
+    };
+    image::docker::build(docker, &build)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
+    Ok(())
+}
+
+/// The absolute paths of the shared libraries `ldd` lists for `binary`,
+/// the dynamic loader included.
+fn linked_libraries(binary: &Path) -> Result<Vec<PathBuf>, xshell::Error> {
+    let sh = Shell::new()?;
+    let output = cmd!(sh, "ldd {binary}").quiet().ignore_status().read()?;
+    Ok(parse_ldd(&output))
+}
+
+fn parse_ldd(output: &str) -> Vec<PathBuf> {
+    output
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim();
+            let path = match line.split_once("=>") {
+                Some((_, rest)) => rest.trim(),
+                None => line,
+            };
+            let path = path.split_whitespace().next()?;
+            path.starts_with('/').then(|| PathBuf::from(path))
+        })
+        .collect()
+}
+
+/// Creates and starts the registry container.
+async fn create(docker: &Docker, config: &Config, image: &str, port: u16) -> Result<(), Error> {
+    let registry = &config.registry;
+    let network = &config.network.name;
+    match docker.inspect_network(network, None).await {
+        Ok(_) => {}
+        Err(e) if engine::is_not_found(&e) => {
+            return Err(Error::NoNetwork {
+                network: network.clone(),
+            });
+        }
+        Err(e) => return Err(engine::Error::api(format!("inspect network `{network}`"), e).into()),
+    }
+    engine::ensure_volume(docker, &registry.volume, engine::labels(&config.name, ROLE)).await?;
+    let mut labels = engine::labels(&config.name, ROLE);
+    labels.insert(LABEL_IMAGE.to_string(), image.to_string());
+    let container_port = format!("{REGISTRY_CONTAINER_PORT}/tcp");
+    let body = ContainerCreateBody {
+        image: Some(image.to_string()),
+        labels: Some(labels),
+        exposed_ports: Some(vec![container_port.clone()]),
+        host_config: Some(HostConfig {
+            binds: Some(vec![format!("{}:{DATA_DIR}", registry.volume)]),
+            port_bindings: Some(HashMap::from([(
+                container_port,
+                Some(vec![PortBinding {
+                    host_ip: Some(String::from("127.0.0.1")),
+                    host_port: Some(port.to_string()),
+                }]),
+            )])),
+            ..HostConfig::default()
+        }),
+        networking_config: Some(NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                network.clone(),
+                EndpointSettings {
+                    aliases: Some(vec![registry.name.clone()]),
+                    ..EndpointSettings::default()
+                },
+            )])),
+        }),
+        ..ContainerCreateBody::default()
+    };
+    let options = CreateContainerOptionsBuilder::default()
+        .name(&registry.name)
+        .build();
+    let name = registry.name.as_str();
+    match docker.create_container(Some(options), body).await {
+        Ok(_) => {}
+        // Another process created it first: use theirs.
+        Err(e) if engine::is_conflict(&e) => {}
+        Err(e) => return Err(engine::Error::api(format!("create container `{name}`"), e).into()),
+    }
+    docker
+        .start_container(name, None)
+        .await
+        .map_err(|e| engine::Error::api(format!("start container `{name}`"), e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_output_gives_library_paths() {
+        let output = "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n\t/lib64/ld-linux-x86-64.so.2 (0x00007f)\n";
+        assert_eq!(
+            parse_ldd(output),
+            [
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                PathBuf::from("/lib64/ld-linux-x86-64.so.2")
+            ]
+        );
+        assert!(parse_ldd("\tstatically linked\n").is_empty());
+    }
+
+    #[test]
+    fn host_prefers_external_then_declared_then_kept_port() {
+        let parse = |text: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            Config::parse(&dir.path().join("dev-env.yaml"), text).unwrap()
+        };
+        let kept = State {
+            registry_port: Some(5123),
+            ..State::default()
+        };
+        let config = parse("name: a\nregistry: {external: 'localhost:5000'}\n");
+        assert_eq!(host(&config, &kept).unwrap(), "localhost:5000");
+        let config = parse("name: a\nregistry: {hostPort: 5001}\n");
+        assert_eq!(host(&config, &kept).unwrap(), "localhost:5001");
+        let config = parse("name: a\n");
+        assert_eq!(host(&config, &kept).unwrap(), "localhost:5123");
+        let err = host(&config, &State::default()).unwrap_err().to_string();
+        assert!(err.contains("cargo xtask dev up"), "{err}");
+    }
+}
