@@ -9,3 +9,251 @@ pub fn repo_root() -> PathBuf {
         .expect("tests/ lives below the root")
         .to_path_buf()
 }
+
+/// Where Debian's `docker-registry` package installs the distribution registry.
+pub const DISTRIBUTION_BINARY: &str = "/usr/bin/docker-registry";
+
+/// A distribution registry (`docker-registry serve`) on a free loopback
+/// port, storing into a temporary directory. Killed and deleted on drop.
+pub struct DistributionRegistry {
+    child: std::process::Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl DistributionRegistry {
+    /// Starts a registry and waits until it accepts connections. Panics with
+    /// the fix when the binary is missing: tests that need it must fail.
+    pub fn start() -> DistributionRegistry {
+        assert!(
+            Path::new(DISTRIBUTION_BINARY).exists(),
+            "{DISTRIBUTION_BINARY} is missing; install it with `apt-get install -y docker-registry`"
+        );
+        let mut last = String::new();
+        // A free port can be taken between picking and binding: try again.
+        for _ in 0..5 {
+            match DistributionRegistry::try_start() {
+                Ok(registry) => return registry,
+                Err(e) => last = e,
+            }
+        }
+        panic!("the distribution registry did not start: {last}");
+    }
+
+    fn try_start() -> Result<DistributionRegistry, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let port = free_port();
+        let config = dir.path().join("config.yml");
+        let data = dir.path().join("data");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                data.display()
+            ),
+        )
+        .map_err(|e| e.to_string())?;
+        let log =
+            std::fs::File::create(dir.path().join("registry.log")).map_err(|e| e.to_string())?;
+        let sh = xshell::Shell::new().map_err(|e| e.to_string())?;
+        let mut command: std::process::Command =
+            xshell::cmd!(sh, "{DISTRIBUTION_BINARY} serve {config}").into();
+        command
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log);
+        let child = command.spawn().map_err(|e| e.to_string())?;
+        let mut registry = DistributionRegistry { child, port, dir };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = registry.child.try_wait() {
+                return Err(format!("it exited with {status}: {}", registry.log()));
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(registry);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Err(format!(
+            "port {port} did not open within 15s: {}",
+            registry.log()
+        ))
+    }
+
+    /// `127.0.0.1:<port>`, as `registry.external` names it.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// What the registry logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("registry.log")).unwrap_or_default()
+    }
+
+    /// Stops the registry now; the drop that follows does nothing more.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for DistributionRegistry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A port on 127.0.0.1 with nothing listening on it right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+/// A name no other test run uses: `<prefix>-<pid>-<n>`, lower case.
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}-{}-{}-{nanos:x}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Panics with the fix unless the Docker engine answers: tests that need it
+/// must fail, not skip.
+pub fn require_docker() {
+    let sh = xshell::Shell::new().expect("a shell");
+    let answer = xshell::cmd!(sh, "docker version")
+        .quiet()
+        .ignore_stdout()
+        .ignore_stderr()
+        .run();
+    assert!(
+        answer.is_ok(),
+        "the Docker engine is not reachable; start Docker (these tests need the real engine)"
+    );
+}
+
+/// Docker objects a test created, removed when it ends however it ends.
+#[derive(Default)]
+pub struct DockerCleanup {
+    pub containers: Vec<String>,
+    pub images: Vec<String>,
+    pub volumes: Vec<String>,
+    pub networks: Vec<String>,
+}
+
+impl Drop for DockerCleanup {
+    fn drop(&mut self) {
+        let Ok(sh) = xshell::Shell::new() else { return };
+        let run = |cmd: xshell::Cmd<'_>| {
+            let _ = cmd
+                .quiet()
+                .ignore_status()
+                .ignore_stdout()
+                .ignore_stderr()
+                .run();
+        };
+        for name in &self.containers {
+            run(xshell::cmd!(sh, "docker rm -f -v {name}"));
+        }
+        for name in &self.images {
+            run(xshell::cmd!(sh, "docker rmi -f {name}"));
+        }
+        for name in &self.volumes {
+            run(xshell::cmd!(sh, "docker volume rm -f {name}"));
+        }
+        for name in &self.networks {
+            run(xshell::cmd!(sh, "docker network rm {name}"));
+        }
+    }
+}
+
+/// A throwaway Cargo workspace with one binary crate `hello`, a Dockerfile
+/// context `static/`, a `manifests/` directory and a `dev-env.yaml` whose
+/// registry is `registry_host` (as `registry.external`).
+pub struct Project {
+    pub dir: tempfile::TempDir,
+    pub name: String,
+}
+
+impl Project {
+    /// Components: `hello` (cargo backend, image `<name>/hello`) and
+    /// `static` (docker backend, image `<name>/static`, two `COPY` layers).
+    pub fn new(registry_host: &str) -> Project {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let name = unique_name("it");
+        let root = dir.path();
+        let write = |path: &str, text: &str| {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(
+            "Cargo.toml",
+            "[workspace]\nresolver = \"3\"\nmembers = [\"hello\"]\n",
+        );
+        write(
+            "hello/Cargo.toml",
+            "[package]\nname = \"hello\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+        );
+        write(
+            "hello/src/main.rs",
+            "fn main() {\n    println!(\"hello, one\");\n}\n",
+        );
+        write(
+            "static/Dockerfile",
+            "FROM scratch\nCOPY a.txt /a.txt\nCOPY b.txt /b.txt\n",
+        );
+        write("static/a.txt", "a: first layer\n");
+        write("static/b.txt", "b: second layer\n");
+        write("static/ignored.txt", "left out by .dockerignore\n");
+        write("static/.dockerignore", "ignored.txt\n");
+        std::fs::create_dir_all(root.join("manifests")).unwrap();
+        let project = Project { dir, name };
+        project.write_config(registry_host);
+        project
+    }
+
+    /// Rewrites `dev-env.yaml` with `registry_host` as the external registry.
+    pub fn write_config(&self, registry_host: &str) {
+        let name = &self.name;
+        let text = format!(
+            r#"name: {name}
+registry: {{external: '{registry_host}'}}
+cluster: {{provider: sim}}
+manifests: [manifests]
+components:
+  hello:
+    image: {name}/hello
+    build: {{cargo: {{package: hello, bin: hello}}}}
+    rollout: {{kind: Deployment, namespace: it, name: hello, container: hello}}
+  static:
+    image: {name}/static
+    build: {{docker: {{context: static, dockerfile: Dockerfile}}}}
+    rollout: {{kind: Deployment, namespace: it, name: static, container: static}}
+"#
+        );
+        std::fs::write(self.config_path(), text).unwrap();
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("dev-env.yaml")
+    }
+
+    /// Replaces the contents of `path`, relative to the project root.
+    pub fn edit(&self, path: &str, text: &str) {
+        std::fs::write(self.dir.path().join(path), text).unwrap();
+    }
+}

@@ -1,4 +1,6 @@
 //! Integration tests of the workspace, one binary. Tests that need Docker
 //! or the distribution registry fail loudly when those are missing.
 
+mod image;
+mod registry;
 mod tidy;

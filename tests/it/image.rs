@@ -1,0 +1,265 @@
+//! The image pipeline against the real distribution registry (Debian's
+//! `docker-registry`, started by the fixture) and the real Docker engine.
+
+use dev_env::{
+    config::Config,
+    image::{self, PushOptions, Pushed, distribution, oci},
+    state::State,
+};
+use dev_env_tests::{DistributionRegistry, DockerCleanup, Project, free_port, require_docker};
+
+const QUIET: PushOptions = PushOptions { verbose: false };
+
+/// Pushes `component` of `project` the way `push-image` does: build, push,
+/// verify, record in the state.
+async fn push(project: &Project, component: &str) -> Result<Pushed, image::Error> {
+    let config = Config::load(&project.config_path()).expect("the fixture config is valid");
+    let host = config
+        .registry
+        .external
+        .clone()
+        .expect("fixtures use an external registry");
+    let client = distribution::Client::new(&host);
+    let mut results =
+        image::push_components(&config, &client, &[component.to_string()], QUIET).await;
+    results.remove(0)
+}
+
+fn state(project: &Project) -> State {
+    let config = Config::load(&project.config_path()).unwrap();
+    State::load(&config.state_dir()).unwrap()
+}
+
+fn state_file_exists(project: &Project) -> bool {
+    let config = Config::load(&project.config_path()).unwrap();
+    config.state_dir().join(dev_env::state::STATE_FILE).exists()
+}
+
+/// `GET /v2/<repo>/manifests/<digest>` from the registry.
+async fn manifest_by_digest(
+    host: &str,
+    repo: &str,
+    digest: &str,
+) -> Option<distribution::Manifest> {
+    distribution::Client::new(host)
+        .get_manifest(repo, digest)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn cargo_push_is_verified_recorded_and_incremental() {
+    let registry = DistributionRegistry::start();
+    let project = Project::new(&registry.host());
+    let repo = format!("{}/hello", project.name);
+
+    let first = push(&project, "hello").await.unwrap();
+    assert_eq!(first.reference, format!("{}/{repo}:dev", registry.host()));
+    assert_eq!(first.uploaded_blobs, 2, "config and layer: {first:?}");
+    assert_eq!(first.skipped_blobs, 0);
+    assert!(first.uploaded_bytes > 100_000, "a static binary: {first:?}");
+    let served = manifest_by_digest(&registry.host(), &repo, &first.digest)
+        .await
+        .expect("the registry serves the manifest by digest");
+    assert_eq!(oci::sha256_digest(&served.bytes), first.digest);
+    assert_eq!(served.digest_header.as_deref(), Some(first.digest.as_str()));
+    let recorded = &state(&project).images["hello"];
+    assert_eq!(recorded.digest, first.digest);
+    assert_eq!(recorded.repository, repo);
+
+    let again = push(&project, "hello").await.unwrap();
+    assert_eq!(again.digest, first.digest);
+    assert_eq!(again.uploaded_bytes, 0, "{again:?}");
+    assert_eq!(again.uploaded_blobs, 0);
+    assert_eq!(again.skipped_blobs, 2);
+
+    project.edit(
+        "hello/src/main.rs",
+        "fn main() {\n    println!(\"hello, two\");\n}\n",
+    );
+    let changed = push(&project, "hello").await.unwrap();
+    assert_ne!(changed.digest, first.digest);
+    // The one layer changed, so did the config that names its diff ID.
+    assert_eq!(changed.uploaded_blobs, 2, "{changed:?}");
+    assert_eq!(state(&project).images["hello"].digest, changed.digest);
+    assert!(
+        manifest_by_digest(&registry.host(), &repo, &first.digest)
+            .await
+            .is_some(),
+        "the earlier image stays pullable by digest"
+    );
+}
+
+#[test]
+fn two_clean_cargo_builds_give_byte_identical_manifests() {
+    let project = Project::new("127.0.0.1:1");
+    let build = image::cargo::Build {
+        root: project.root(),
+        package: "hello",
+        bin: "hello",
+        verbose: false,
+    };
+    let target_dir = project.root().join(image::cargo::TARGET_DIR);
+    let first = image::cargo::build_image(&build).unwrap();
+    std::fs::remove_dir_all(&target_dir).unwrap();
+    let second = image::cargo::build_image(&build).unwrap();
+    assert_eq!(first.manifest.bytes, second.manifest.bytes);
+    assert_eq!(first.manifest.digest, second.manifest.digest);
+    assert_eq!(first.layers, second.layers);
+}
+
+#[tokio::test]
+async fn docker_push_uploads_only_the_changed_layer() {
+    require_docker();
+    let registry = DistributionRegistry::start();
+    let project = Project::new(&registry.host());
+    let repository = format!("{}/{}/static", registry.host(), project.name);
+    let mut cleanup = DockerCleanup::default();
+    cleanup.images.push(format!("{repository}:dev"));
+
+    let first = push(&project, "static").await.unwrap();
+    cleanup.images.push(first_image_id(&repository));
+    assert_eq!(first.uploaded_blobs, 3, "config and two layers: {first:?}");
+    let served = manifest_by_digest(
+        &registry.host(),
+        &format!("{}/static", project.name),
+        &first.digest,
+    )
+    .await
+    .expect("the registry serves the manifest by digest");
+    assert_eq!(oci::sha256_digest(&served.bytes), first.digest);
+    assert_eq!(state(&project).images["static"].digest, first.digest);
+
+    let again = push(&project, "static").await.unwrap();
+    assert_eq!(
+        again.digest, first.digest,
+        "the engine's cache gives the same image"
+    );
+    assert_eq!(again.uploaded_bytes, 0, "{again:?}");
+    assert_eq!(again.skipped_blobs, 3);
+
+    project.edit("static/b.txt", "b: second layer, edited\n");
+    let changed = push(&project, "static").await.unwrap();
+    cleanup.images.push(first_image_id(&repository));
+    assert_ne!(changed.digest, first.digest);
+    assert_eq!(
+        changed.uploaded_blobs, 2,
+        "layer b and the config: {changed:?}"
+    );
+    assert_eq!(
+        changed.skipped_blobs, 1,
+        "layer a is already there: {changed:?}"
+    );
+
+    // `.dockerignore` kept `ignored.txt` out of the context, so a change to
+    // it changes nothing.
+    project.edit("static/ignored.txt", "still left out\n");
+    let ignored = push(&project, "static").await.unwrap();
+    assert_eq!(ignored.digest, changed.digest);
+}
+
+/// The image ID `<repository>:dev` names now.
+fn first_image_id(repository: &str) -> String {
+    let sh = xshell::Shell::new().unwrap();
+    let reference = format!("{repository}:dev");
+    let format = "{{.Id}}";
+    xshell::cmd!(sh, "docker image inspect --format {format} {reference}")
+        .quiet()
+        .read()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_failed_docker_build_names_the_component_and_shows_the_log() {
+    require_docker();
+    let registry = DistributionRegistry::start();
+    let project = Project::new(&registry.host());
+    project.edit(
+        "static/Dockerfile",
+        "FROM scratch\nCOPY a.txt /a.txt\nCOPY missing.txt /missing.txt\n",
+    );
+    let mut cleanup = DockerCleanup::default();
+    cleanup
+        .images
+        .push(format!("{}/{}/static:dev", registry.host(), project.name));
+    let err = push(&project, "static").await.unwrap_err().to_string();
+    assert!(err.contains("component `static`"), "{err}");
+    assert!(err.contains("missing.txt"), "the engine's cause: {err}");
+    assert!(err.contains("COPY a.txt"), "the log's tail: {err}");
+    assert!(!state_file_exists(&project), "nothing recorded");
+}
+
+#[tokio::test]
+async fn a_failed_cargo_build_names_the_component_and_the_compiler_error() {
+    let registry = DistributionRegistry::start();
+    let project = Project::new(&registry.host());
+    project.edit(
+        "hello/src/main.rs",
+        "fn main() {\n    let x: u8 = \"no\";\n}\n",
+    );
+    let err = push(&project, "hello").await.unwrap_err().to_string();
+    assert!(err.contains("component `hello`"), "{err}");
+    assert!(err.contains("cargo build"), "{err}");
+    assert!(
+        err.contains("mismatched types"),
+        "the compiler's words: {err}"
+    );
+    assert!(!state_file_exists(&project), "nothing recorded");
+}
+
+#[tokio::test]
+async fn a_registry_on_the_wrong_port_or_down_fails_before_building() {
+    let project = Project::new(&format!("127.0.0.1:{}", free_port()));
+    let err = push(&project, "hello").await.unwrap_err().to_string();
+    assert!(err.contains("component `hello`"), "{err}");
+    assert!(err.contains("cannot reach the registry"), "{err}");
+    assert!(err.contains("cargo xtask dev up"), "the fix: {err}");
+    assert!(!state_file_exists(&project), "nothing recorded");
+
+    let mut registry = DistributionRegistry::start();
+    project.write_config(&registry.host());
+    registry.stop();
+    let err = push(&project, "hello").await.unwrap_err().to_string();
+    assert!(err.contains(&registry.host()), "{err}");
+    assert!(err.contains("cannot reach the registry"), "{err}");
+    assert!(!state_file_exists(&project), "nothing recorded");
+}
+
+#[tokio::test]
+async fn verification_rejects_a_digest_the_registry_does_not_serve() {
+    let registry = DistributionRegistry::start();
+    let client = distribution::Client::new(&registry.host());
+    let repo = "verify/tiny";
+    let tiny = oci::binary_image("tiny", b"not really a binary".to_vec());
+    for blob in tiny.blobs() {
+        client
+            .upload_blob(repo, &blob.digest, blob.bytes.clone())
+            .await
+            .unwrap();
+    }
+    let stated = client
+        .put_manifest(
+            repo,
+            image::DEV_TAG,
+            tiny.manifest.media_type,
+            tiny.manifest.bytes.clone(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stated.as_deref(), Some(tiny.manifest.digest.as_str()));
+
+    image::verify(&client, "tiny", repo, &tiny.manifest.digest)
+        .await
+        .unwrap();
+    let other = format!("sha256:{}", "0".repeat(64));
+    let err = image::verify(&client, "tiny", repo, &other)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("component `tiny`"), "{err}");
+    assert!(err.contains("failed verification"), "{err}");
+    assert!(
+        err.contains(&tiny.manifest.digest) && err.contains(&other),
+        "{err}"
+    );
+}

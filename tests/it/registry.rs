@@ -1,0 +1,188 @@
+//! The registry driver on the real Docker engine, with a registry image
+//! built locally from Debian's distribution binary (nothing is pulled).
+
+use std::path::Path;
+
+use dev_env::{
+    config::Config,
+    docker as engine,
+    image::{self, distribution, oci},
+    registry::{self, Action},
+    state::State,
+};
+use dev_env_tests::{
+    DISTRIBUTION_BINARY, DistributionRegistry, DockerCleanup, require_docker, unique_name,
+};
+
+fn config(dir: &Path, text: &str) -> Config {
+    let path = dir.join("dev-env.yaml");
+    std::fs::write(&path, text).unwrap();
+    Config::load(&path).unwrap()
+}
+
+/// Pushes a tiny image to `host` as `<repo>:dev`; returns its digest.
+async fn push_tiny(host: &str, repo: &str) -> String {
+    let client = distribution::Client::new(host);
+    let tiny = oci::binary_image("tiny", b"tiny".to_vec());
+    for blob in tiny.blobs() {
+        client
+            .upload_blob(repo, &blob.digest, blob.bytes.clone())
+            .await
+            .unwrap();
+    }
+    client
+        .put_manifest(
+            repo,
+            image::DEV_TAG,
+            tiny.manifest.media_type,
+            tiny.manifest.bytes.clone(),
+        )
+        .await
+        .unwrap();
+    tiny.manifest.digest
+}
+
+async fn container_id(docker: &bollard::Docker, name: &str) -> String {
+    engine::inspect_container(docker, name)
+        .await
+        .unwrap()
+        .and_then(|c| c.id)
+        .expect("the container exists")
+}
+
+#[tokio::test]
+async fn registry_container_is_created_on_loopback_reused_and_keeps_its_data() {
+    require_docker();
+    let docker = engine::connect().await.unwrap();
+    let name = unique_name("it-reg");
+    let network = format!("{name}-net");
+    let image_tag = format!("{name}/registry:local");
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        dir.path(),
+        &format!(
+            "name: {name}\nnetwork: {{name: {network}}}\nregistry: {{image: '{image_tag}'}}\ncluster: {{provider: sim}}\n"
+        ),
+    );
+    let _cleanup = DockerCleanup {
+        containers: vec![config.registry.name.clone()],
+        images: vec![image_tag.clone()],
+        volumes: vec![config.registry.volume.clone()],
+        networks: vec![network.clone()],
+    };
+    let sh = xshell::Shell::new().unwrap();
+    xshell::cmd!(
+        sh,
+        "docker network create --label dev-env.name={name} {network}"
+    )
+    .quiet()
+    .ignore_stdout()
+    .run()
+    .unwrap();
+    registry::build_local_image(&docker, Path::new(DISTRIBUTION_BINARY), &image_tag)
+        .await
+        .unwrap();
+
+    let endpoint = registry::ensure(&docker, &config).await.unwrap();
+    assert_eq!(
+        endpoint.action,
+        Action::Created {
+            image: image_tag.clone()
+        }
+    );
+    let port = State::load(&config.state_dir())
+        .unwrap()
+        .registry_port
+        .expect("the picked port is kept");
+    assert_eq!(endpoint.host, format!("localhost:{port}"));
+
+    let inspected = engine::inspect_container(&docker, &config.registry.name)
+        .await
+        .unwrap()
+        .unwrap();
+    let bindings = inspected
+        .host_config
+        .as_ref()
+        .and_then(|h| h.port_bindings.as_ref())
+        .and_then(|p| p.get("5000/tcp").cloned().flatten())
+        .expect("port 5000 is published");
+    assert_eq!(bindings.len(), 1);
+    assert_eq!(bindings[0].host_ip.as_deref(), Some("127.0.0.1"));
+    assert_eq!(
+        bindings[0].host_port.as_deref(),
+        Some(port.to_string().as_str())
+    );
+    let labels = inspected.config.as_ref().unwrap().labels.clone().unwrap();
+    assert_eq!(labels[engine::LABEL_NAME], name);
+    let endpoints = inspected
+        .network_settings
+        .as_ref()
+        .and_then(|n| n.networks.clone())
+        .unwrap();
+    let aliases = endpoints[&network].aliases.clone().unwrap_or_default();
+    assert!(aliases.contains(&config.registry.name), "{aliases:?}");
+    let mounts = inspected.mounts.clone().unwrap();
+    assert!(
+        mounts.iter().any(
+            |m| m.name.as_deref() == Some(config.registry.volume.as_str())
+                && m.destination.as_deref() == Some(registry::DATA_DIR)
+        ),
+        "{mounts:?}"
+    );
+
+    let repo = format!("{name}/tiny");
+    let digest = push_tiny(&endpoint.host, &repo).await;
+    let first_id = container_id(&docker, &config.registry.name).await;
+
+    let again = registry::ensure(&docker, &config).await.unwrap();
+    assert_eq!(again.action, Action::Reused);
+    assert_eq!(again.host, endpoint.host);
+    assert_eq!(container_id(&docker, &config.registry.name).await, first_id);
+
+    docker
+        .stop_container(&config.registry.name, None)
+        .await
+        .unwrap();
+    let started = registry::ensure(&docker, &config).await.unwrap();
+    assert_eq!(started.action, Action::Started);
+    assert_eq!(started.host, endpoint.host);
+
+    assert!(registry::remove(&docker, &config).await.unwrap());
+    let recreated = registry::ensure(&docker, &config).await.unwrap();
+    assert!(matches!(recreated.action, Action::Created { .. }));
+    assert_eq!(recreated.host, endpoint.host, "the kept port is reused");
+    assert_ne!(container_id(&docker, &config.registry.name).await, first_id);
+    let served = distribution::Client::new(&recreated.host)
+        .get_manifest(&repo, &digest)
+        .await
+        .unwrap();
+    assert!(served.is_some(), "the volume kept the pushed image");
+}
+
+#[tokio::test]
+async fn an_external_registry_is_used_as_it_is_and_nothing_is_created() {
+    require_docker();
+    let docker = engine::connect().await.unwrap();
+    let external = DistributionRegistry::start();
+    let name = unique_name("it-ext");
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        dir.path(),
+        &format!(
+            "name: {name}\nregistry: {{external: '{}'}}\ncluster: {{provider: sim}}\n",
+            external.host()
+        ),
+    );
+    let endpoint = registry::ensure(&docker, &config).await.unwrap();
+    assert_eq!(endpoint.action, Action::External);
+    assert_eq!(endpoint.host, external.host());
+    assert!(
+        engine::inspect_container(&docker, &config.registry.name)
+            .await
+            .unwrap()
+            .is_none(),
+        "no container was created"
+    );
+    assert!(!registry::remove(&docker, &config).await.unwrap());
+    assert!(!config.state_dir().join(dev_env::state::STATE_FILE).exists());
+}
