@@ -3,6 +3,11 @@
 use std::process::ExitCode;
 
 use anyhow::bail;
+use dev_env::{
+    image::{self, PushOptions, Pushed, distribution},
+    registry,
+    state::State,
+};
 use xshell::Shell;
 
 use crate::{Ctx, flags};
@@ -13,6 +18,85 @@ impl flags::PushImage {
         for name in &self.components {
             config.component(name)?;
         }
-        bail!("`push-image` is not available in this build")
+        if !self.no_rollout {
+            bail!(
+                "rolling out after a push is not available in this build; add `--no-rollout` to build and push only"
+            )
+        }
+        let state = State::load(&config.state_dir())?;
+        let host = registry::host(&config, &state)?;
+        let client = distribution::Client::new(&host);
+        let options = PushOptions {
+            verbose: ctx.verbose,
+        };
+        let results = ctx.block_on(image::push_components(
+            &config,
+            &client,
+            &self.components,
+            options,
+        ))?;
+        let failed = results.iter().filter(|r| r.is_err()).count();
+        if self.json {
+            let components: Vec<_> = self
+                .components
+                .iter()
+                .zip(&results)
+                .map(|(name, result)| match result {
+                    Ok(pushed) => json_of(&config, pushed),
+                    Err(e) => serde_json::json!({"component": name, "error": e.to_string()}),
+                })
+                .collect();
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&serde_json::json!({ "components": components }))?
+            );
+        } else {
+            for result in &results {
+                match result {
+                    Ok(pushed) => ctx.say(line_of(pushed)),
+                    Err(e) => eprintln!("error: {e}"),
+                }
+            }
+        }
+        Ok(if failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
+    }
+}
+
+/// `worker  sha256:…  uploaded 1.2 MB in 2 blobs, 0 skipped  3.4s`
+fn line_of(pushed: &Pushed) -> String {
+    format!(
+        "{}  {}  uploaded {} in {} blob(s), {} skipped  {:.1}s",
+        pushed.component,
+        pushed.digest,
+        human_bytes(pushed.uploaded_bytes),
+        pushed.uploaded_blobs,
+        pushed.skipped_blobs,
+        pushed.elapsed.as_secs_f64()
+    )
+}
+
+fn json_of(config: &dev_env::config::Config, pushed: &Pushed) -> serde_json::Value {
+    serde_json::json!({
+        "component": pushed.component,
+        "image": image::cluster_reference(config, &pushed.image, &pushed.digest),
+        "reference": pushed.reference,
+        "digest": pushed.digest,
+        "uploadedBytes": pushed.uploaded_bytes,
+        "uploadedBlobs": pushed.uploaded_blobs,
+        "skippedBlobs": pushed.skipped_blobs,
+        "rolledOut": false,
+        "elapsedMs": pushed.elapsed.as_millis() as u64,
+    })
+}
+
+fn human_bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 => format!("{:.1} MB", n as f64 / f64::from(1 << 20)),
+        n if n >= 1 << 10 => format!("{:.1} kB", n as f64 / f64::from(1 << 10)),
+        n => format!("{n} B"),
     }
 }
