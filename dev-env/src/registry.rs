@@ -172,6 +172,16 @@ pub fn host(config: &Config, state: &State) -> Result<String, Error> {
 /// Makes sure the registry of `config` runs and answers; records a picked
 /// port in the state in `config.state_dir()`.
 pub async fn ensure(docker: &Docker, config: &Config) -> Result<Endpoint, Error> {
+    ensure_labelled(docker, config, HashMap::new()).await
+}
+
+/// [`ensure`], with `labels` added to a container it creates (such as the
+/// drift gate's spec hash). The environment and role labels are always set.
+pub async fn ensure_labelled(
+    docker: &Docker,
+    config: &Config,
+    labels: HashMap<String, String>,
+) -> Result<Endpoint, Error> {
     let registry = &config.registry;
     if let Some(external) = &registry.external {
         let endpoint = Endpoint {
@@ -234,7 +244,7 @@ pub async fn ensure(docker: &Docker, config: &Config) -> Result<Endpoint, Error>
                 (declared, _) => declared,
             };
             let image = registry_image(docker, &registry.image).await?;
-            create(docker, config, &image, port).await?;
+            create(docker, config, &image, port, labels).await?;
             (port, Action::Created { image })
         }
     };
@@ -409,7 +419,13 @@ fn parse_ldd(output: &str) -> Vec<PathBuf> {
 }
 
 /// Creates and starts the registry container.
-async fn create(docker: &Docker, config: &Config, image: &str, port: u16) -> Result<(), Error> {
+async fn create(
+    docker: &Docker,
+    config: &Config,
+    image: &str,
+    port: u16,
+    extra_labels: HashMap<String, String>,
+) -> Result<(), Error> {
     let registry = &config.registry;
     let network = &config.network.name;
     match docker.inspect_network(network, None).await {
@@ -422,7 +438,8 @@ async fn create(docker: &Docker, config: &Config, image: &str, port: u16) -> Res
         Err(e) => return Err(engine::Error::api(format!("inspect network `{network}`"), e).into()),
     }
     engine::ensure_volume(docker, &registry.volume, engine::labels(&config.name, ROLE)).await?;
-    let mut labels = engine::labels(&config.name, ROLE);
+    let mut labels = extra_labels;
+    labels.extend(engine::labels(&config.name, ROLE));
     labels.insert(LABEL_IMAGE.to_string(), image.to_string());
     let container_port = format!("{REGISTRY_CONTAINER_PORT}/tcp");
     let body = ContainerCreateBody {

@@ -1,7 +1,7 @@
 //! The registry driver on the real Docker engine, with a registry image
 //! built locally from Debian's distribution binary (nothing is pulled).
 
-use std::path::Path;
+use std::{collections::HashMap, path::Path};
 
 use dev_env::{
     config::Config,
@@ -83,7 +83,10 @@ async fn registry_container_is_created_on_loopback_reused_and_keeps_its_data() {
         .await
         .unwrap();
 
-    let endpoint = registry::ensure(&docker, &config).await.unwrap();
+    let extra = HashMap::from([(String::from("it.extra"), String::from("kept"))]);
+    let endpoint = registry::ensure_labelled(&docker, &config, extra)
+        .await
+        .unwrap();
     assert_eq!(
         endpoint.action,
         Action::Created {
@@ -114,6 +117,8 @@ async fn registry_container_is_created_on_loopback_reused_and_keeps_its_data() {
     );
     let labels = inspected.config.as_ref().unwrap().labels.clone().unwrap();
     assert_eq!(labels[engine::LABEL_NAME], name);
+    assert_eq!(labels[engine::LABEL_ROLE], registry::ROLE);
+    assert_eq!(labels["it.extra"], "kept");
     let endpoints = inspected
         .network_settings
         .as_ref()
