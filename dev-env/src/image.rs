@@ -229,7 +229,7 @@ pub async fn push_component(
         .await
         .map_err(push_err)?;
 
-    let (digest, uploaded_bytes, uploaded_blobs, skipped_blobs) = match &component.build {
+    let (digest, uploaded_bytes, uploaded_blobs, skipped_blobs, verified) = match &component.build {
         Build::Cargo { package, bin } => {
             let build = cargo::Build {
                 root: &config.root,
@@ -278,6 +278,7 @@ pub async fn push_component(
                 upload.uploaded_bytes,
                 upload.uploaded_blobs,
                 upload.skipped_blobs,
+                Verified::No,
             )
         }
         Build::Docker {
@@ -327,10 +328,13 @@ pub async fn push_component(
                 upload.uploaded_bytes,
                 upload.uploaded_blobs,
                 upload.skipped_blobs,
+                Verified::Yes,
             )
         }
     };
-    verify(registry, name, repo, &digest).await?;
+    if verified == Verified::No {
+        verify(registry, name, repo, &digest).await?;
+    }
     Ok(Pushed {
         component: name.to_string(),
         image: repo.to_string(),
@@ -360,6 +364,13 @@ async fn build_cargo(build: cargo::Build<'_>) -> Result<oci::Image, cargo::Error
     })
     .await
     .expect("the cargo build task does not panic")
+}
+
+/// Whether a backend already checked the pushed manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verified {
+    Yes,
+    No,
 }
 
 #[derive(Debug, Default)]

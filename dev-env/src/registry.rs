@@ -304,6 +304,13 @@ pub fn free_port() -> Result<u16, Error> {
 /// The image to run: `wanted` when present or pullable, otherwise the
 /// local image built from the distribution binary.
 async fn registry_image(docker: &Docker, wanted: &str) -> Result<String, Error> {
+    resolve_image(docker, wanted, LOCAL_IMAGE).await
+}
+
+/// `wanted` when the engine has it or can pull it; otherwise `local`, built
+/// from [`DISTRIBUTION_BINARY`] unless it exists already. Says so on stderr
+/// whenever it falls back.
+pub async fn resolve_image(docker: &Docker, wanted: &str, local: &str) -> Result<String, Error> {
     if engine::inspect_image(docker, wanted).await?.is_some() {
         return Ok(wanted.to_string());
     }
@@ -311,11 +318,11 @@ async fn registry_image(docker: &Docker, wanted: &str) -> Result<String, Error> 
         Ok(()) => return Ok(wanted.to_string()),
         Err(cause) => cause,
     };
-    if engine::inspect_image(docker, LOCAL_IMAGE).await?.is_some() {
+    if engine::inspect_image(docker, local).await?.is_some() {
         eprintln!(
-            "registry image `{wanted}` cannot be pulled ({cause}); using `{LOCAL_IMAGE}`, built earlier from {DISTRIBUTION_BINARY}"
+            "registry image `{wanted}` cannot be pulled ({cause}); using `{local}`, built earlier from {DISTRIBUTION_BINARY}"
         );
-        return Ok(LOCAL_IMAGE.to_string());
+        return Ok(local.to_string());
     }
     let binary = Path::new(DISTRIBUTION_BINARY);
     if !binary.exists() {
@@ -325,10 +332,10 @@ async fn registry_image(docker: &Docker, wanted: &str) -> Result<String, Error> 
         });
     }
     eprintln!(
-        "registry image `{wanted}` cannot be pulled ({cause}); building `{LOCAL_IMAGE}` from {DISTRIBUTION_BINARY}"
+        "registry image `{wanted}` cannot be pulled ({cause}); building `{local}` from {DISTRIBUTION_BINARY}"
     );
-    build_local_image(docker, binary, LOCAL_IMAGE).await?;
-    Ok(LOCAL_IMAGE.to_string())
+    build_local_image(docker, binary, local).await?;
+    Ok(local.to_string())
 }
 
 /// Pulls `image` under [`PULL_TIMEOUT`]; the error is the engine's words.

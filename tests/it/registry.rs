@@ -191,3 +191,37 @@ async fn an_external_registry_is_used_as_it_is_and_nothing_is_created() {
     assert!(!registry::remove(&docker, &config).await.unwrap());
     assert!(!config.state_dir().join(dev_env::state::STATE_FILE).exists());
 }
+
+#[tokio::test]
+async fn an_unpullable_registry_image_falls_back_to_one_built_from_the_binary() {
+    require_docker();
+    let docker = engine::connect().await.unwrap();
+    let name = unique_name("it-fallback");
+    let wanted = format!("{name}-missing/registry:none");
+    let local = format!("{name}/registry:local");
+    let mut cleanup = DockerCleanup::default();
+    cleanup.images.push(local.clone());
+    let used = registry::resolve_image(&docker, &wanted, &local)
+        .await
+        .unwrap();
+    assert_eq!(used, local);
+    let built = engine::inspect_image(&docker, &local)
+        .await
+        .unwrap()
+        .expect("the local image was built");
+    let config = built.config.unwrap();
+    assert_eq!(
+        config.entrypoint.unwrap(),
+        [DISTRIBUTION_BINARY.to_string()]
+    );
+    // The second time the built image is reused, not rebuilt.
+    let again = registry::resolve_image(&docker, &wanted, &local)
+        .await
+        .unwrap();
+    assert_eq!(again, local);
+    let reused = engine::inspect_image(&docker, &local)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reused.id, built.id);
+}
