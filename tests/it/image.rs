@@ -106,6 +106,17 @@ fn two_clean_cargo_builds_give_byte_identical_manifests() {
     assert_eq!(first.manifest.bytes, second.manifest.bytes);
     assert_eq!(first.manifest.digest, second.manifest.digest);
     assert_eq!(first.layers, second.layers);
+
+    // Paths are remapped: the same sources in another checkout give the
+    // same image too.
+    let elsewhere = Project::new("127.0.0.1:1");
+    let third = image::cargo::build_image(&image::cargo::Build {
+        root: elsewhere.root(),
+        ..build
+    })
+    .unwrap();
+    assert_ne!(elsewhere.root(), project.root());
+    assert_eq!(third.manifest.digest, first.manifest.digest);
 }
 
 #[tokio::test]
