@@ -100,3 +100,44 @@ fn human_bytes(n: u64) -> String {
         n => format!("{n} B"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn summaries_carry_the_documented_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let config =
+            dev_env::config::Config::parse(&dir.path().join("dev-env.yaml"), "name: demo\n")
+                .unwrap();
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let pushed = Pushed {
+            component: String::from("worker"),
+            image: String::from("demo/worker"),
+            reference: String::from("localhost:5001/demo/worker:dev"),
+            digest: digest.clone(),
+            uploaded_bytes: 1536,
+            uploaded_blobs: 1,
+            skipped_blobs: 1,
+            elapsed: Duration::from_millis(2500),
+        };
+        let json = json_of(&config, &pushed);
+        assert_eq!(json["component"], "worker");
+        assert_eq!(
+            json["image"],
+            format!("demo-registry:5000/demo/worker@{digest}")
+        );
+        assert_eq!(json["digest"], digest.as_str());
+        assert_eq!(json["uploadedBytes"], 1536);
+        assert_eq!(json["skippedBlobs"], 1);
+        assert_eq!(json["rolledOut"], false);
+        assert_eq!(json["elapsedMs"], 2500);
+        assert_eq!(
+            line_of(&pushed),
+            format!("worker  {digest}  uploaded 1.5 kB in 1 blob(s), 1 skipped  2.5s")
+        );
+    }
+}
