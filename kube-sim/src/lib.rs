@@ -3,6 +3,7 @@
 //! The crate is an API server over an in-memory [`store::Store`]. Controllers and a kubelet stand-in run in
 //! the same process on top of the store's Rust API (see the [`store`] module docs).
 
+pub mod controller;
 pub mod defaults;
 pub mod fieldmanager;
 pub mod meta;

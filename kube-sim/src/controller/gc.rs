@@ -1,0 +1,426 @@
+//! The garbage collector, with background propagation (`pkg/controller/garbagecollector`): once every
+//! owner named in an object's `ownerReferences` is gone (no object with that name and `uid`), the object
+//! is deleted; references to some owners that are gone while others remain are removed.
+//!
+//! It watches every served resource, custom resources included, keeps an index from owner `uid` to
+//! dependents, and checks a dependent against the store (never against the index alone) before acting.
+//! Deleting a ReplicaSet thus deletes its pods (gracefully), a Deployment its ReplicaSets, and a custom
+//! resource the Deployments it owns.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::{Config, Error, MANAGER, Queue};
+use crate::meta;
+use crate::resource::GroupResource;
+use crate::store::{self, DeleteOptions, ListOptions, Store, WatchEvent, WriteOptions};
+
+/// How often the set of served resources is checked for new custom resources.
+const DISCOVERY_INTERVAL: Duration = Duration::from_millis(500);
+
+/// One object, by resource, namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct ObjKey {
+    resource: GroupResource,
+    namespace: String,
+    name: String,
+}
+
+enum Input {
+    Event(GroupResource, WatchEvent),
+    /// The watch of a resource restarted; objects it knew may be gone.
+    Resync(GroupResource),
+}
+
+/// Runs the garbage collector until `shutdown` flips.
+pub async fn run(store: Store, config: Config, mut shutdown: watch::Receiver<bool>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Input>();
+    let mut watched: HashMap<GroupResource, JoinHandle<()>> = HashMap::new();
+    let queue: Queue<ObjKey> = Queue::new();
+    let mut index = Index::default();
+    let mut tick = tokio::time::interval(DISCOVERY_INTERVAL);
+    let watch_shutdown = shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => break,
+            _ = tick.tick() => discover(&store, &tx, &mut watched, &watch_shutdown),
+            Some(input) = rx.recv() => {
+                let crd_changed = matches!(&input, Input::Event(gr, _) if *gr == GroupResource::crds());
+                index.apply(&store, input, &queue, config.gc_delay);
+                if crd_changed {
+                    discover(&store, &tx, &mut watched, &watch_shutdown);
+                }
+            }
+            key = queue.next() => {
+                if let Err(e) = check(&store, &key) {
+                    if e.is_conflict() {
+                        queue.add_after(key, config.gc_delay);
+                    } else {
+                        tracing::warn!(resource = %key.resource, namespace = %key.namespace, name = %key.name, error = %e, "garbage collection failed");
+                    }
+                }
+            }
+        }
+    }
+    for (_, task) in watched {
+        task.abort();
+    }
+}
+
+/// Starts a watch for every served resource not watched yet, and stops those no longer served.
+fn discover(
+    store: &Store,
+    tx: &mpsc::UnboundedSender<Input>,
+    watched: &mut HashMap<GroupResource, JoinHandle<()>>,
+    shutdown: &watch::Receiver<bool>,
+) {
+    let served: HashSet<GroupResource> = store
+        .resources()
+        .iter()
+        .map(|r| r.group_resource())
+        .collect();
+    watched.retain(|gr, task| {
+        let keep = served.contains(gr);
+        if !keep {
+            task.abort();
+        }
+        keep
+    });
+    for gr in served {
+        if watched.contains_key(&gr) {
+            continue;
+        }
+        let task = tokio::spawn(watch_resource(
+            store.clone(),
+            gr.clone(),
+            tx.clone(),
+            shutdown.clone(),
+        ));
+        watched.insert(gr, task);
+    }
+}
+
+async fn watch_resource(
+    store: Store,
+    gr: GroupResource,
+    tx: mpsc::UnboundedSender<Input>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut first = true;
+    loop {
+        let Ok(mut watcher) = store.watch(&gr, None, None, &ListOptions::default()) else {
+            return;
+        };
+        if !first && tx.send(Input::Resync(gr.clone())).is_err() {
+            return;
+        }
+        first = false;
+        loop {
+            let event = tokio::select! {
+                e = watcher.next() => e,
+                _ = shutdown.wait_for(|s| *s) => return,
+            };
+            match event {
+                Some(WatchEvent::Error(_)) | None => break,
+                Some(WatchEvent::Bookmark(_)) => {}
+                Some(e) => {
+                    if tx.send(Input::Event(gr.clone(), e)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A reference to an owner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct OwnerRef {
+    uid: String,
+}
+
+#[derive(Default)]
+struct Index {
+    /// Every object with owners: its `uid` and owner `uid`s.
+    objects: HashMap<ObjKey, (String, Vec<OwnerRef>)>,
+    /// Object `uid`s by key, for every object seen (owners included).
+    uids: HashMap<ObjKey, String>,
+    /// Dependents by owner `uid`.
+    dependents: HashMap<String, HashSet<ObjKey>>,
+}
+
+impl Index {
+    fn apply(&mut self, store: &Store, input: Input, queue: &Queue<ObjKey>, delay: Duration) {
+        match input {
+            Input::Event(gr, WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => {
+                let key = obj_key(&gr, &obj);
+                let uid = meta::str_at(&obj, "/metadata/uid")
+                    .unwrap_or("")
+                    .to_string();
+                if let Some(old_uid) = self.uids.get(&key)
+                    && *old_uid != uid
+                {
+                    // The name was reused: the old object is gone.
+                    let old_uid = old_uid.clone();
+                    self.gone(&key, &old_uid, queue, delay);
+                }
+                self.uids.insert(key.clone(), uid.clone());
+                let owners = owner_refs(&obj);
+                let previous = self.objects.get(&key).map(|(_, o)| o.clone());
+                if previous.as_ref() == Some(&owners) {
+                    return;
+                }
+                for o in previous.unwrap_or_default() {
+                    if let Some(set) = self.dependents.get_mut(&o.uid) {
+                        set.remove(&key);
+                    }
+                }
+                if owners.is_empty() {
+                    self.objects.remove(&key);
+                    return;
+                }
+                for o in &owners {
+                    self.dependents
+                        .entry(o.uid.clone())
+                        .or_default()
+                        .insert(key.clone());
+                }
+                self.objects.insert(key.clone(), (uid, owners));
+                queue.add_after(key, delay);
+            }
+            Input::Event(gr, WatchEvent::Deleted(obj)) => {
+                let key = obj_key(&gr, &obj);
+                let uid = meta::str_at(&obj, "/metadata/uid")
+                    .unwrap_or("")
+                    .to_string();
+                if self.uids.get(&key) == Some(&uid) {
+                    self.uids.remove(&key);
+                }
+                self.gone(&key, &uid, queue, delay);
+            }
+            Input::Event(_, WatchEvent::Bookmark(_) | WatchEvent::Error(_)) => {}
+            Input::Resync(gr) => {
+                let known: Vec<(ObjKey, String)> = self
+                    .uids
+                    .iter()
+                    .filter(|(k, _)| k.resource == gr)
+                    .map(|(k, u)| (k.clone(), u.clone()))
+                    .collect();
+                for (key, uid) in known {
+                    let ns = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
+                    let alive = store
+                        .get(&key.resource, ns, &key.name)
+                        .is_ok_and(|o| meta::str_at(&o, "/metadata/uid") == Some(uid.as_str()));
+                    if !alive {
+                        self.uids.remove(&key);
+                        self.gone(&key, &uid, queue, delay);
+                    }
+                }
+            }
+        }
+    }
+
+    /// An object is gone: forget its own references and check its dependents.
+    fn gone(&mut self, key: &ObjKey, uid: &str, queue: &Queue<ObjKey>, delay: Duration) {
+        if let Some((own_uid, owners)) = self.objects.get(key)
+            && own_uid == uid
+        {
+            for o in owners.clone() {
+                if let Some(set) = self.dependents.get_mut(&o.uid) {
+                    set.remove(key);
+                    if set.is_empty() {
+                        self.dependents.remove(&o.uid);
+                    }
+                }
+            }
+            self.objects.remove(key);
+        }
+        if let Some(deps) = self.dependents.get(uid) {
+            for d in deps {
+                queue.add_after(d.clone(), delay);
+            }
+        }
+    }
+}
+
+fn obj_key(gr: &GroupResource, obj: &Value) -> ObjKey {
+    ObjKey {
+        resource: gr.clone(),
+        namespace: meta::namespace_of(obj).to_string(),
+        name: meta::name_of(obj).to_string(),
+    }
+}
+
+fn owner_refs(obj: &Value) -> Vec<OwnerRef> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .map(|refs| {
+            refs.iter()
+                .filter_map(|r| r["uid"].as_str())
+                .map(|uid| OwnerRef {
+                    uid: uid.to_string(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether the owner a reference names exists with that `uid`.
+fn owner_exists(store: &Store, namespace: &str, reference: &Value) -> bool {
+    let api_version = reference["apiVersion"].as_str().unwrap_or("");
+    let group = api_version
+        .split_once('/')
+        .map(|(g, _)| g)
+        .unwrap_or_default();
+    let kind = reference["kind"].as_str().unwrap_or("");
+    let Some(info) = store
+        .resources()
+        .into_iter()
+        .find(|r| r.group == group && r.kind == kind)
+    else {
+        return false;
+    };
+    let ns = info.namespaced.then_some(namespace);
+    store
+        .get(
+            &info.group_resource(),
+            ns,
+            reference["name"].as_str().unwrap_or(""),
+        )
+        .is_ok_and(|o| meta::str_at(&o, "/metadata/uid") == reference["uid"].as_str())
+}
+
+/// Deletes the object if all its owners are gone, or drops references to the owners that are gone.
+fn check(store: &Store, key: &ObjKey) -> Result<(), Error> {
+    let ns = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
+    let obj = match store.get(&key.resource, ns, &key.name) {
+        Ok(o) => o,
+        Err(store::Error::NotFound { .. } | store::Error::ResourceNotFound) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let Some(refs) = obj
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .filter(|r| !r.is_empty())
+    else {
+        return Ok(());
+    };
+    let (alive, dangling): (Vec<&Value>, Vec<&Value>) = refs
+        .iter()
+        .partition(|r| owner_exists(store, &key.namespace, r));
+    if dangling.is_empty() {
+        return Ok(());
+    }
+    if alive.is_empty() {
+        if obj.pointer("/metadata/deletionTimestamp").is_some() {
+            return Ok(());
+        }
+        let opts = DeleteOptions {
+            uid: meta::str_at(&obj, "/metadata/uid").map(str::to_string),
+            ..DeleteOptions::default()
+        };
+        tracing::debug!(resource = %key.resource, namespace = %key.namespace, name = %key.name, "deleting an object whose owners are gone");
+        return match store.delete(&key.resource, ns, &key.name, &opts) {
+            Ok(_) | Err(store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        };
+    }
+    let mut new = obj.clone();
+    let kept: Vec<Value> = alive.into_iter().cloned().collect();
+    meta::metadata_mut(&mut new).insert("ownerReferences".into(), Value::Array(kept));
+    store.update(&key.resource, ns, new, &WriteOptions::manager(MANAGER))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::{Deleted, StoreConfig};
+
+    fn create(store: &Store, gr: &GroupResource, obj: Value) -> Value {
+        store
+            .create(gr, Some("default"), obj, &WriteOptions::manager("test"))
+            .unwrap()
+    }
+
+    fn owned_by(owner: &Value, kind: &str, api_version: &str) -> Value {
+        json!([{"apiVersion": api_version, "kind": kind, "name": owner["metadata"]["name"],
+            "uid": owner["metadata"]["uid"], "controller": true}])
+    }
+
+    #[test]
+    fn dependents_of_a_missing_owner_are_deleted_and_dangling_references_dropped() {
+        let store = Store::new(StoreConfig { history: 100 });
+        let cm = GroupResource::new("", "configmaps");
+        let a = create(&store, &cm, json!({"metadata": {"name": "a"}}));
+        let b = create(&store, &cm, json!({"metadata": {"name": "b"}}));
+        let mut refs = owned_by(&a, "ConfigMap", "v1");
+        refs.as_array_mut()
+            .unwrap()
+            .push(owned_by(&b, "ConfigMap", "v1")[0].clone());
+        create(
+            &store,
+            &cm,
+            json!({"metadata": {"name": "both", "ownerReferences": refs}}),
+        );
+        create(
+            &store,
+            &cm,
+            json!({"metadata": {"name": "only-a", "ownerReferences": owned_by(&a, "ConfigMap", "v1")}}),
+        );
+        let deleted = store
+            .delete(&cm, Some("default"), "a", &DeleteOptions::default())
+            .unwrap();
+        assert!(matches!(deleted, Deleted::Gone(_)));
+        for name in ["both", "only-a"] {
+            let key = ObjKey {
+                resource: cm.clone(),
+                namespace: "default".into(),
+                name: name.into(),
+            };
+            check(&store, &key).unwrap();
+        }
+        assert!(
+            store.get(&cm, Some("default"), "only-a").is_err(),
+            "deleted"
+        );
+        let both = store.get(&cm, Some("default"), "both").unwrap();
+        assert_eq!(
+            both["metadata"]["ownerReferences"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+        assert_eq!(both["metadata"]["ownerReferences"][0]["name"], "b");
+    }
+
+    #[test]
+    fn an_owner_recreated_under_the_same_name_does_not_keep_old_dependents() {
+        let store = Store::new(StoreConfig { history: 100 });
+        let cm = GroupResource::new("", "configmaps");
+        let a = create(&store, &cm, json!({"metadata": {"name": "a"}}));
+        create(
+            &store,
+            &cm,
+            json!({"metadata": {"name": "dep", "ownerReferences": owned_by(&a, "ConfigMap", "v1")}}),
+        );
+        store
+            .delete(&cm, Some("default"), "a", &DeleteOptions::default())
+            .unwrap();
+        create(&store, &cm, json!({"metadata": {"name": "a"}}));
+        let key = ObjKey {
+            resource: cm.clone(),
+            namespace: "default".into(),
+            name: "dep".into(),
+        };
+        check(&store, &key).unwrap();
+        assert!(store.get(&cm, Some("default"), "dep").is_err());
+    }
+}

@@ -1,0 +1,232 @@
+//! The controllers of kube-controller-manager that rollouts depend on: Deployment, ReplicaSet and the
+//! garbage collector.
+//!
+//! They run in-process on the [`Store`]'s Rust API and behave like their Kubernetes counterparts, including
+//! the lag: every watch event is handled after a configurable delay, so a status never changes in the same
+//! step as the write that caused it. Controllers read the store directly when they sync (there is no cache
+//! to go stale); writes carry the `resourceVersion` they read, and a 409 `Conflict` requeues the key.
+//!
+//! [`run`] starts all three and returns when the shutdown signal flips.
+
+pub mod deployment;
+pub mod gc;
+pub mod hash;
+mod queue;
+pub mod replicaset;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::meta;
+use crate::resource::GroupResource;
+use crate::store::{self, ListOptions, Store, WatchEvent};
+
+pub(crate) use queue::Queue;
+
+/// The field manager of controller writes, as on a k3s server.
+pub const MANAGER: &str = "kube-controller-manager";
+
+/// A controller could not sync an object.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A store call failed.
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
+impl Error {
+    /// Whether the error is a stale write that a requeue resolves.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Store(store::Error::Conflict { .. }))
+    }
+}
+
+/// Delays of the controllers. There is no `Default`: use [`Config::fast`] or fill every field.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// How long after a watch event the Deployment controller syncs the Deployment.
+    pub deployment_delay: Duration,
+    /// How long after a watch event the ReplicaSet controller syncs the ReplicaSet.
+    pub replicaset_delay: Duration,
+    /// How long after an owner disappears the garbage collector deletes its dependents.
+    pub gc_delay: Duration,
+    /// The node new pods are bound to (`spec.nodeName`); `None` leaves pods for a scheduler.
+    pub node_name: Option<String>,
+}
+
+impl Config {
+    /// Short delays that still keep the order of events real: for tests and local use.
+    pub fn fast(node_name: &str) -> Config {
+        Config {
+            deployment_delay: Duration::from_millis(50),
+            replicaset_delay: Duration::from_millis(30),
+            gc_delay: Duration::from_millis(20),
+            node_name: Some(node_name.to_string()),
+        }
+    }
+}
+
+/// Runs the Deployment and ReplicaSet controllers and the garbage collector until `shutdown` flips.
+pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) {
+    tokio::join!(
+        deployment::run(store.clone(), config.clone(), shutdown.clone()),
+        replicaset::run(store.clone(), config.clone(), shutdown.clone()),
+        gc::run(store, config, shutdown),
+    );
+}
+
+/// Follows a resource's watch from the current state on, calling `f` for every event. After a 410 the
+/// watch restarts from a fresh replay, whose `Added` events let level-triggered handlers catch up.
+pub(crate) async fn follow(
+    store: &Store,
+    gr: &GroupResource,
+    mut shutdown: watch::Receiver<bool>,
+    mut f: impl FnMut(WatchEvent),
+) {
+    loop {
+        let mut watcher = match store.watch(gr, None, None, &ListOptions::default()) {
+            Ok(w) => w,
+            Err(e) => {
+                tracing::error!(resource = %gr, error = %e, "cannot watch; the controller stops");
+                return;
+            }
+        };
+        loop {
+            let event = tokio::select! {
+                e = watcher.next() => e,
+                _ = shutdown.wait_for(|s| *s) => return,
+            };
+            match event {
+                Some(WatchEvent::Error(status)) => {
+                    tracing::debug!(resource = %gr, ?status, "watch expired; replaying");
+                    break;
+                }
+                Some(e) => f(e),
+                None => break,
+            }
+        }
+        if *shutdown.borrow() {
+            return;
+        }
+    }
+}
+
+/// The object of a watch event, if it carries one.
+pub(crate) fn event_object(e: &WatchEvent) -> Option<&Value> {
+    match e {
+        WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => Some(o),
+        WatchEvent::Bookmark(_) | WatchEvent::Error(_) => None,
+    }
+}
+
+/// A namespaced object key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// The namespace.
+    pub namespace: String,
+    /// The name.
+    pub name: String,
+}
+
+impl Key {
+    /// The key of an object.
+    pub fn of(obj: &Value) -> Key {
+        Key {
+            namespace: meta::namespace_of(obj).to_string(),
+            name: meta::name_of(obj).to_string(),
+        }
+    }
+}
+
+/// The controller `ownerReference` of an object, if it has one of the given kind.
+pub(crate) fn controller_of<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|r| r["controller"] == true && r["kind"] == kind)
+}
+
+/// A controller `ownerReference` pointing at `owner`.
+pub(crate) fn controller_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
+    json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": meta::name_of(owner),
+        "uid": meta::str_at(owner, "/metadata/uid").unwrap_or(""),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    })
+}
+
+/// Whether an object is controlled by the owner with this `uid`.
+pub(crate) fn is_controlled_by(obj: &Value, kind: &str, uid: &str) -> bool {
+    controller_of(obj, kind).is_some_and(|r| r["uid"] == uid)
+}
+
+/// An RFC 3339 timestamp as a point in time.
+pub(crate) fn parse_time(s: &str) -> Option<jiff::Timestamp> {
+    s.parse().ok()
+}
+
+/// An `int32` field, or a default.
+pub(crate) fn int_at(v: &Value, pointer: &str, default: i64) -> i64 {
+    v.pointer(pointer)
+        .and_then(Value::as_i64)
+        .unwrap_or(default)
+}
+
+/// Whether the pod counts for its ReplicaSet: not terminating, not `Succeeded` or `Failed`
+/// (`IsPodActive` in `pkg/controller/controller_utils.go`).
+pub fn is_pod_active(pod: &Value) -> bool {
+    let phase = meta::str_at(pod, "/status/phase").unwrap_or("");
+    phase != "Succeeded"
+        && phase != "Failed"
+        && pod.pointer("/metadata/deletionTimestamp").is_none()
+}
+
+/// The pod's `Ready` condition.
+pub(crate) fn ready_condition(pod: &Value) -> Option<&Value> {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|c| c["type"] == "Ready")
+}
+
+/// Whether the pod is Ready (`IsPodReady`).
+pub fn is_pod_ready(pod: &Value) -> bool {
+    ready_condition(pod).is_some_and(|c| c["status"] == "True")
+}
+
+/// Whether the pod has been Ready for `min_ready_seconds` at `now` (`IsPodAvailable`).
+pub fn is_pod_available(pod: &Value, min_ready_seconds: i64, now: jiff::Timestamp) -> bool {
+    if !is_pod_ready(pod) {
+        return false;
+    }
+    if min_ready_seconds <= 0 {
+        return true;
+    }
+    ready_condition(pod)
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .and_then(parse_time)
+        .is_some_and(|t| t.as_second() + min_ready_seconds < now.as_second())
+}
+
+/// When a pod becomes available, if it is Ready but not yet available.
+pub(crate) fn available_at(pod: &Value, min_ready_seconds: i64) -> Option<jiff::Timestamp> {
+    if !is_pod_ready(pod) || min_ready_seconds <= 0 {
+        return None;
+    }
+    let since = ready_condition(pod)
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .and_then(parse_time)?;
+    jiff::Timestamp::from_second(since.as_second() + min_ready_seconds + 1).ok()
+}
+
+/// How long from now until `t` (zero if past).
+pub(crate) fn until(t: jiff::Timestamp) -> Duration {
+    let now = jiff::Timestamp::now();
+    let ms = t.as_millisecond() - now.as_millisecond();
+    Duration::from_millis(ms.max(0) as u64)
+}

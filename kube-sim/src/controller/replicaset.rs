@@ -1,0 +1,417 @@
+//! The ReplicaSet controller (`pkg/controller/replicaset/replica_set.go`): keeps the number of active pods
+//! at `spec.replicas` and reports counts in `status`.
+//!
+//! - Only active pods count: no `deletionTimestamp`, not `Succeeded` or `Failed`. Terminating pods leave
+//!   the counts at once and are replaced at once.
+//! - New pods are named `<rs>-<5 random characters>`, carry the template's labels and annotations and a
+//!   controller `ownerReference`, and are bound to the configured node.
+//! - Surplus pods are deleted in the order Kubernetes ranks them: unbound, then pending, then not ready,
+//!   then the most recently ready, the most restarted, the newest.
+//! - The status written is the one computed before this sync's creates and deletes, as in Kubernetes;
+//!   the resulting pod events bring the next sync.
+
+use std::cmp::Ordering;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+use super::{Config, Error, Key, MANAGER, Queue, follow};
+use crate::meta;
+use crate::resource::GroupResource;
+use crate::store::{self, DeleteOptions, ListOptions, Store, WriteOptions};
+
+/// The most pods one sync creates (`BurstReplicas`).
+const BURST_REPLICAS: i64 = 500;
+
+/// Runs the controller until `shutdown` flips.
+pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) {
+    let queue: Queue<Key> = Queue::new();
+    let delay = config.replicaset_delay;
+    let rs_events = {
+        let queue = queue.clone();
+        let store = store.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            follow(&store, &GroupResource::replicasets(), shutdown, |e| {
+                if let Some(obj) = super::event_object(&e) {
+                    queue.add_after(Key::of(obj), delay);
+                }
+            })
+            .await;
+        }
+    };
+    let pod_events = {
+        let queue = queue.clone();
+        let store = store.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            follow(&store, &GroupResource::pods(), shutdown, |e| {
+                if let Some(pod) = super::event_object(&e)
+                    && let Some(owner) = super::controller_of(pod, "ReplicaSet")
+                {
+                    let key = Key {
+                        namespace: meta::namespace_of(pod).to_string(),
+                        name: owner["name"].as_str().unwrap_or("").to_string(),
+                    };
+                    queue.add_after(key, delay);
+                }
+            })
+            .await;
+        }
+    };
+    let worker = {
+        let queue = queue.clone();
+        let mut shutdown = shutdown.clone();
+        async move {
+            loop {
+                let key = tokio::select! {
+                    k = queue.next() => k,
+                    _ = shutdown.wait_for(|s| *s) => return,
+                };
+                match sync(&store, &config, &key) {
+                    Ok(Some(after)) => queue.add_after(key, after),
+                    Ok(None) => {}
+                    Err(e) if e.is_conflict() => queue.add_after(key, delay),
+                    Err(e) => {
+                        tracing::warn!(namespace = %key.namespace, replicaset = %key.name, error = %e, "sync failed; retrying");
+                        queue.add_after(key, delay.max(Duration::from_millis(200)));
+                    }
+                }
+            }
+        }
+    };
+    tokio::join!(rs_events, pod_events, worker);
+}
+
+/// Syncs one ReplicaSet; returns when to sync it again, if a time-based change (`minReadySeconds`) is due.
+pub fn sync(store: &Store, config: &Config, key: &Key) -> Result<Option<Duration>, Error> {
+    let rs_gr = GroupResource::replicasets();
+    let rs = match store.get(&rs_gr, Some(&key.namespace), &key.name) {
+        Ok(rs) => rs,
+        Err(store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let uid = meta::str_at(&rs, "/metadata/uid").unwrap_or("").to_string();
+    let pods = owned_pods(store, &rs, &uid)?;
+    let active: Vec<&Value> = pods.iter().filter(|p| super::is_pod_active(p)).collect();
+    let desired = super::int_at(&rs, "/spec/replicas", 1);
+    let min_ready = super::int_at(&rs, "/spec/minReadySeconds", 0);
+    let now = jiff::Timestamp::now();
+
+    let status = calculate_status(&rs, &active, min_ready, now);
+    if rs.pointer("/metadata/deletionTimestamp").is_none() {
+        manage_replicas(store, config, &rs, &active, desired)?;
+    }
+    write_status(store, &rs, status)?;
+
+    // Pods that are Ready but not yet available become available by the clock alone.
+    let next = active
+        .iter()
+        .filter(|p| !super::is_pod_available(p, min_ready, now))
+        .filter_map(|p| super::available_at(p, min_ready))
+        .min();
+    Ok(next.map(super::until))
+}
+
+/// The pods controlled by this ReplicaSet (matching its selector and owned by its `uid`).
+fn owned_pods(store: &Store, rs: &Value, uid: &str) -> Result<Vec<Value>, Error> {
+    let opts = ListOptions {
+        label_selector: Some(selector_string(rs.pointer("/spec/selector"))),
+        ..ListOptions::default()
+    };
+    let list = store.list(&GroupResource::pods(), Some(meta::namespace_of(rs)), &opts)?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|p| super::is_controlled_by(p, "ReplicaSet", uid))
+        .collect())
+}
+
+/// A `LabelSelector` object in query-string form.
+pub fn selector_string(selector: Option<&Value>) -> String {
+    let mut terms = Vec::new();
+    let Some(sel) = selector else {
+        return String::new();
+    };
+    if let Some(Value::Object(m)) = sel.get("matchLabels") {
+        for (k, v) in m {
+            terms.push(format!("{k}={}", v.as_str().unwrap_or("")));
+        }
+    }
+    if let Some(Value::Array(exprs)) = sel.get("matchExpressions") {
+        for e in exprs {
+            let key = e["key"].as_str().unwrap_or("");
+            let values: Vec<&str> = e["values"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            match e["operator"].as_str().unwrap_or("") {
+                "In" => terms.push(format!("{key} in ({})", values.join(","))),
+                "NotIn" => terms.push(format!("{key} notin ({})", values.join(","))),
+                "Exists" => terms.push(key.to_string()),
+                "DoesNotExist" => terms.push(format!("!{key}")),
+                _ => {}
+            }
+        }
+    }
+    terms.join(",")
+}
+
+fn calculate_status(rs: &Value, active: &[&Value], min_ready: i64, now: jiff::Timestamp) -> Value {
+    let template_labels = rs
+        .pointer("/spec/template/metadata/labels")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let fully_labeled = active
+        .iter()
+        .filter(|p| {
+            let labels = p.pointer("/metadata/labels").and_then(Value::as_object);
+            template_labels
+                .iter()
+                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+        })
+        .count();
+    let ready = active.iter().filter(|p| super::is_pod_ready(p)).count();
+    let available = active
+        .iter()
+        .filter(|p| super::is_pod_available(p, min_ready, now))
+        .count();
+    let mut status = Map::new();
+    status.insert("replicas".into(), json!(active.len()));
+    for (k, n) in [
+        ("fullyLabeledReplicas", fully_labeled),
+        ("readyReplicas", ready),
+        ("availableReplicas", available),
+    ] {
+        if n > 0 {
+            status.insert(k.into(), json!(n));
+        }
+    }
+    if let Some(g) = rs.pointer("/metadata/generation") {
+        status.insert("observedGeneration".into(), g.clone());
+    }
+    // Conditions (ReplicaFailure) are kept as they are.
+    if let Some(c) = rs.pointer("/status/conditions") {
+        status.insert("conditions".into(), c.clone());
+    }
+    Value::Object(status)
+}
+
+fn write_status(store: &Store, rs: &Value, status: Value) -> Result<(), Error> {
+    if rs.get("status") == Some(&status) {
+        return Ok(());
+    }
+    let mut new = rs.clone();
+    new["status"] = status;
+    store.update_status(
+        &GroupResource::replicasets(),
+        Some(meta::namespace_of(rs)),
+        new,
+        &WriteOptions::manager(MANAGER),
+    )?;
+    Ok(())
+}
+
+fn manage_replicas(
+    store: &Store,
+    config: &Config,
+    rs: &Value,
+    active: &[&Value],
+    desired: i64,
+) -> Result<(), Error> {
+    let diff = active.len() as i64 - desired;
+    match diff.cmp(&0) {
+        Ordering::Less => {
+            let n = (-diff).min(BURST_REPLICAS);
+            for _ in 0..n {
+                create_pod(store, config, rs)?;
+            }
+        }
+        Ordering::Greater => {
+            let mut ranked: Vec<&Value> = active.to_vec();
+            ranked.sort_by(|a, b| deletion_order(a, b));
+            for pod in ranked.into_iter().take(diff as usize) {
+                let opts = DeleteOptions {
+                    uid: meta::str_at(pod, "/metadata/uid").map(str::to_string),
+                    ..DeleteOptions::default()
+                };
+                match store.delete(
+                    &GroupResource::pods(),
+                    Some(meta::namespace_of(pod)),
+                    meta::name_of(pod),
+                    &opts,
+                ) {
+                    Ok(_) | Err(store::Error::NotFound { .. }) => {
+                        tracing::debug!(pod = %meta::name_of(pod), "deleted surplus pod");
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ordering::Equal => {}
+    }
+    Ok(())
+}
+
+/// The pod a ReplicaSet creates from its template (`GetPodFromTemplate`).
+pub fn pod_from_template(rs: &Value, node_name: Option<&str>) -> Value {
+    let template = rs.pointer("/spec/template").cloned().unwrap_or(json!({}));
+    let mut metadata = Map::new();
+    metadata.insert(
+        "generateName".into(),
+        json!(format!("{}-", meta::name_of(rs))),
+    );
+    metadata.insert("namespace".into(), json!(meta::namespace_of(rs)));
+    for k in ["labels", "annotations", "finalizers"] {
+        if let Some(v) = template.pointer(&format!("/metadata/{k}")) {
+            metadata.insert(k.into(), v.clone());
+        }
+    }
+    metadata.insert(
+        "ownerReferences".into(),
+        json!([super::controller_ref(rs, "apps/v1", "ReplicaSet")]),
+    );
+    let mut spec = template.get("spec").cloned().unwrap_or(json!({}));
+    if let (Some(node), Value::Object(s)) = (node_name, &mut spec)
+        && s.get("nodeName")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    {
+        s.insert("nodeName".into(), json!(node));
+    }
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+}
+
+fn create_pod(store: &Store, config: &Config, rs: &Value) -> Result<(), Error> {
+    let pod = pod_from_template(rs, config.node_name.as_deref());
+    // A generated name can collide with an existing pod; Kubernetes retries, so does this.
+    let mut last = None;
+    for _ in 0..3 {
+        match store.create(
+            &GroupResource::pods(),
+            Some(meta::namespace_of(rs)),
+            pod.clone(),
+            &WriteOptions::manager(MANAGER),
+        ) {
+            Ok(created) => {
+                tracing::debug!(pod = %meta::name_of(&created), replicaset = %meta::name_of(rs), "created pod");
+                return Ok(());
+            }
+            Err(e @ store::Error::AlreadyExists { .. }) => last = Some(e),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(last
+        .map(Error::from)
+        .unwrap_or_else(|| Error::Store(store::Error::BadRequest("pod creation failed".into()))))
+}
+
+/// The order in which surplus pods are deleted (`ActivePodsWithRanks.Less`): the first sorts first.
+pub fn deletion_order(a: &Value, b: &Value) -> Ordering {
+    let bound = |p: &Value| meta::str_at(p, "/spec/nodeName").is_some_and(|n| !n.is_empty());
+    let phase_rank = |p: &Value| match meta::str_at(p, "/status/phase").unwrap_or("") {
+        "Pending" => 0,
+        "Unknown" => 1,
+        "Running" => 2,
+        _ => 0,
+    };
+    let ready_since = |p: &Value| {
+        super::ready_condition(p)
+            .filter(|c| c["status"] == "True")
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .and_then(super::parse_time)
+    };
+    let restarts = |p: &Value| {
+        p.pointer("/status/containerStatuses")
+            .and_then(Value::as_array)
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| c["restartCount"].as_i64().unwrap_or(0))
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    };
+    let created = |p: &Value| {
+        meta::str_at(p, "/metadata/creationTimestamp")
+            .and_then(super::parse_time)
+            .map(|t| t.as_second())
+    };
+    bound(a)
+        .cmp(&bound(b))
+        .then(phase_rank(a).cmp(&phase_rank(b)))
+        .then(super::is_pod_ready(a).cmp(&super::is_pod_ready(b)))
+        // Both ready: the more recently ready goes first.
+        .then_with(|| match (ready_since(a), ready_since(b)) {
+            (Some(x), Some(y)) => y.cmp(&x),
+            _ => Ordering::Equal,
+        })
+        .then(restarts(b).cmp(&restarts(a)))
+        // Newer pods go first; a missing timestamp counts as newest.
+        .then_with(|| match (created(a), created(b)) {
+            (Some(x), Some(y)) => y.cmp(&x),
+            (None, Some(_)) => Ordering::Less,
+            (Some(_), None) => Ordering::Greater,
+            (None, None) => Ordering::Equal,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, phase: &str, ready: Option<&str>, created: &str) -> Value {
+        let mut p = json!({"metadata": {"name": name, "creationTimestamp": created},
+            "spec": {"nodeName": "n"}, "status": {"phase": phase}});
+        if let Some(t) = ready {
+            p["status"]["conditions"] =
+                json!([{"type": "Ready", "status": "True", "lastTransitionTime": t}]);
+        }
+        p
+    }
+
+    #[test]
+    fn surplus_pods_are_chosen_not_ready_and_newest_first() {
+        let old_ready = pod(
+            "old-ready",
+            "Running",
+            Some("2026-01-01T00:00:10Z"),
+            "2026-01-01T00:00:00Z",
+        );
+        let new_ready = pod(
+            "new-ready",
+            "Running",
+            Some("2026-01-01T00:01:10Z"),
+            "2026-01-01T00:01:00Z",
+        );
+        let pending = pod("pending", "Pending", None, "2026-01-01T00:00:00Z");
+        let running_not_ready = pod("starting", "Running", None, "2026-01-01T00:00:00Z");
+        let mut pods = [&old_ready, &new_ready, &running_not_ready, &pending];
+        pods.sort_by(|a, b| deletion_order(a, b));
+        let names: Vec<&str> = pods.iter().map(|p| meta::name_of(p)).collect();
+        assert_eq!(names, ["pending", "starting", "new-ready", "old-ready"]);
+    }
+
+    #[test]
+    fn selectors_render_like_kubectl() {
+        let sel = json!({"matchLabels": {"app": "web"}, "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["a", "b"]},
+            {"key": "canary", "operator": "DoesNotExist"}]});
+        assert_eq!(selector_string(Some(&sel)), "app=web,tier in (a,b),!canary");
+    }
+
+    #[test]
+    fn pods_from_a_template_are_owned_and_bound() {
+        let rs = json!({"metadata": {"name": "web-abc", "namespace": "default", "uid": "u1"},
+            "spec": {"template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "abc"}},
+                "spec": {"containers": [{"name": "a", "image": "nginx"}]}}}});
+        let pod = pod_from_template(&rs, Some("node-1"));
+        assert_eq!(pod["metadata"]["generateName"], "web-abc-");
+        assert_eq!(pod["metadata"]["labels"]["pod-template-hash"], "abc");
+        assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "u1");
+        assert_eq!(pod["metadata"]["ownerReferences"][0]["controller"], true);
+        assert_eq!(pod["spec"]["nodeName"], "node-1");
+    }
+}
