@@ -3,10 +3,17 @@
 //! cluster, images, rollouts and waits. The `xtask` binary is a thin command
 //! line over this crate.
 
+pub mod apply;
+pub mod cluster;
 pub mod config;
 pub mod docker;
 pub mod image;
+pub mod kubeconfig;
+pub mod lifecycle;
 pub mod manifest;
+pub mod network;
 pub mod plan;
 pub mod registry;
+pub mod rollout;
 pub mod state;
+pub mod wait;

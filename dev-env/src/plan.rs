@@ -2,23 +2,26 @@
 //! what `dev up` creates, what `dev up --dry-run` prints, and what the drift
 //! gate hashes. Nothing here talks to Docker.
 
-use std::{collections::BTreeMap, fmt};
+use std::{
+    collections::{BTreeMap, HashMap},
+    fmt,
+};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::{
     config::{Config, Provider, REGISTRY_CONTAINER_PORT},
+    docker,
     manifest::Manifest,
     state::State,
 };
 
-/// Label carried by every Docker object the harness creates.
-pub const LABEL_NAME: &str = "dev-env.name";
-/// Label naming the object's role: `network`, `registry` or `server`.
-pub const LABEL_ROLE: &str = "dev-env.role";
 /// Label holding the sha256 of the object's declared spec (the drift gate).
 pub const LABEL_SPEC_HASH: &str = "dev-env.spec-hash";
+/// Label holding the declared spec itself, as JSON, so drift can be shown
+/// field by field.
+pub const LABEL_SPEC: &str = "dev-env.spec";
 /// Where k3s (and kube-sim) write their kubeconfig inside the node.
 pub const NODE_KUBECONFIG_OUTPUT: &str = "/output/kubeconfig.yaml";
 /// Where k3s reads its registry mirrors.
@@ -202,6 +205,121 @@ pub fn registries_yaml(config: &Config, registry_port: Option<u16>) -> String {
         ));
     }
     out
+}
+
+/// The labels of an object of environment `env` in `role` declared by
+/// `spec`: the environment's labels plus the drift gate's.
+pub fn labels<T: Serialize>(env: &str, role: &str, spec: &T) -> HashMap<String, String> {
+    let mut labels = docker::labels(env, role);
+    labels.insert(LABEL_SPEC_HASH.to_string(), spec_hash(spec));
+    labels.insert(
+        LABEL_SPEC.to_string(),
+        serde_json::to_string(spec).expect("specs serialize"),
+    );
+    labels
+}
+
+/// One field whose declared value changed since the object was created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub field: String,
+    pub was: String,
+    pub now: String,
+}
+
+/// How an existing object differs from its declared spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// `network`, `registry` or `node`.
+    pub object: String,
+    pub name: String,
+    pub changes: Vec<Change>,
+}
+
+impl Drift {
+    /// Compares two specs field by field; `None` when they are equal.
+    pub fn between<T: Serialize>(object: &str, name: &str, was: &T, now: &T) -> Option<Drift> {
+        let was = serde_json::to_value(was).expect("specs serialize");
+        let now = serde_json::to_value(now).expect("specs serialize");
+        Drift::between_values(object, name, &was, &now)
+    }
+
+    fn between_values(
+        object: &str,
+        name: &str,
+        was: &serde_json::Value,
+        now: &serde_json::Value,
+    ) -> Option<Drift> {
+        let empty = serde_json::Map::new();
+        let was_fields = was.as_object().unwrap_or(&empty);
+        let now_fields = now.as_object().unwrap_or(&empty);
+        let mut keys: Vec<&String> = was_fields.keys().chain(now_fields.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        let show = |v: Option<&serde_json::Value>| match v {
+            None | Some(serde_json::Value::Null) => String::from("(unset)"),
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+        };
+        let changes: Vec<Change> = keys
+            .into_iter()
+            .filter(|k| was_fields.get(*k) != now_fields.get(*k))
+            .map(|k| Change {
+                field: k.clone(),
+                was: show(was_fields.get(k)),
+                now: show(now_fields.get(k)),
+            })
+            .collect();
+        (!changes.is_empty()).then(|| Drift {
+            object: object.to_string(),
+            name: name.to_string(),
+            changes,
+        })
+    }
+}
+
+impl fmt::Display for Drift {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} `{}` differs from dev-env.yaml:",
+            self.object, self.name
+        )?;
+        for c in &self.changes {
+            write!(f, "\n    {}: {} -> {}", c.field, c.was, c.now)?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads the drift gate's labels: `None` when the object carries no spec
+/// label (it was not created by this harness), else whether it drifted.
+pub fn drift_from_labels<T: Serialize>(
+    labels: &HashMap<String, String>,
+    object: &str,
+    name: &str,
+    spec: &T,
+) -> Option<Option<Drift>> {
+    let hash = labels.get(LABEL_SPEC_HASH)?;
+    if *hash == spec_hash(spec) {
+        return Some(None);
+    }
+    let was: serde_json::Value = labels
+        .get(LABEL_SPEC)
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    let now = serde_json::to_value(spec).expect("specs serialize");
+    Some(Some(
+        Drift::between_values(object, name, &was, &now).unwrap_or_else(|| Drift {
+            object: object.to_string(),
+            name: name.to_string(),
+            changes: vec![Change {
+                field: String::from("spec"),
+                was: hash.clone(),
+                now: spec_hash(spec),
+            }],
+        }),
+    ))
 }
 
 /// sha256 of a spec's canonical JSON: the value of [`LABEL_SPEC_HASH`].
@@ -388,6 +506,25 @@ mod tests {
             yaml,
             "mirrors:\n  \"shop-registry:5000\":\n    endpoint:\n      - \"http://shop-registry:5000\"\n  \"localhost:5001\":\n    endpoint:\n      - \"http://shop-registry:5000\"\n"
         );
+    }
+
+    #[test]
+    fn drift_names_each_changed_field() {
+        let a = network_spec(&config("name: a\n"));
+        let b = network_spec(&config(
+            "name: a\nnetwork: {ipv4Subnet: 172.29.0.0/24, ipv6Subnet: 'fd00:1::/64'}\n",
+        ));
+        let labels = labels("a", "network", &a);
+        assert_eq!(labels[docker::LABEL_NAME], "a");
+        assert_eq!(drift_from_labels(&labels, "network", "a", &a), Some(None));
+        let drift = drift_from_labels(&labels, "network", "a", &b)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            drift.to_string(),
+            "network `a` differs from dev-env.yaml:\n    ipv4Subnet: 192.168.231.0/24 -> 172.29.0.0/24\n    ipv6Subnet: (unset) -> fd00:1::/64"
+        );
+        assert_eq!(drift_from_labels(&HashMap::new(), "network", "a", &a), None);
     }
 
     #[test]

@@ -1,12 +1,21 @@
 //! `cargo xtask dev …`: the environment's lifecycle.
 
-use std::process::ExitCode;
+use std::{process::ExitCode, time::Duration};
 
-use anyhow::bail;
-use dev_env::{manifest, plan::Plan, state::State};
+use anyhow::Context as _;
+use dev_env::{
+    docker,
+    lifecycle::{self, UpOptions},
+    manifest,
+    plan::Plan,
+    state::State,
+};
 use xshell::Shell;
 
 use crate::{Ctx, flags};
+
+/// Deadline of each wait during `dev up` (API ready, CRDs established).
+const UP_TIMEOUT: Duration = Duration::from_secs(180);
 
 impl flags::Dev {
     pub(crate) fn run(self, sh: &Shell, ctx: &Ctx) -> anyhow::Result<ExitCode> {
@@ -23,38 +32,98 @@ impl flags::Dev {
 impl flags::Up {
     fn run(self, _sh: &Shell, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let config = ctx.config()?;
-        let state = State::load(&config.state_dir())?;
-        let manifests = manifest::load(&config.manifests)?;
-        let plan = Plan::new(&config, &state, manifests);
         if self.dry_run {
-            print!("{plan}");
+            let state = State::load(&config.state_dir())?;
+            let manifests = manifest::load(&config.manifests)?;
+            print!("{}", Plan::new(&config, &state, manifests));
+            // Read-only look at what exists, to say what would change.
+            let drifts = ctx.block_on(async {
+                let docker = docker::connect().await?;
+                anyhow::Ok(lifecycle::drift(&docker, &config).await?)
+            })?;
+            match drifts {
+                Ok(drifts) if drifts.is_empty() => {
+                    println!("nothing has drifted from dev-env.yaml")
+                }
+                Ok(drifts) => {
+                    for d in &drifts {
+                        println!("{d}");
+                    }
+                    let verb = if self.recreate {
+                        "would be recreated"
+                    } else {
+                        "block `dev up`; add --recreate"
+                    };
+                    println!("{} drifted object(s) {verb}", drifts.len());
+                }
+                Err(e) => println!("cannot compare with what exists: {e:#}"),
+            }
             println!("dry run: nothing was changed");
             return Ok(ExitCode::SUCCESS);
         }
-        bail!(
-            "`dev up` cannot create the environment in this build; `dev up --dry-run` shows the plan"
-        )
+        let options = UpOptions {
+            recreate: self.recreate,
+            verbose: ctx.verbose,
+            timeout: UP_TIMEOUT,
+        };
+        let started = std::time::Instant::now();
+        let progress = |line: &str| ctx.say(line);
+        ctx.block_on(lifecycle::up(&config, options, &progress))?
+            .context("dev up")?;
+        ctx.say(format!(
+            "dev up: `{}` is up ({:.1}s)",
+            config.name,
+            started.elapsed().as_secs_f64()
+        ));
+        Ok(ExitCode::SUCCESS)
     }
 }
 
 impl flags::Down {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
-        ctx.config()?;
-        bail!("`dev down` is not available in this build")
+        let config = ctx.config()?;
+        let report = ctx
+            .block_on(lifecycle::down(&config, self.purge, false))?
+            .context("dev down")?;
+        say_down(ctx, &config.name, &report);
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+impl flags::Reset {
+    fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+        let config = ctx.config()?;
+        let report = ctx
+            .block_on(lifecycle::down(&config, self.purge, true))?
+            .context("dev reset")?;
+        say_down(ctx, &config.name, &report);
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+fn say_down(ctx: &Ctx, name: &str, report: &lifecycle::DownReport) {
+    let mut removed = Vec::new();
+    for (done, what) in [
+        (report.node, "node"),
+        (report.registry, "registry container"),
+        (report.volume, "registry volume"),
+        (report.network, "network"),
+    ] {
+        if done {
+            removed.push(what);
+        }
+    }
+    if removed.is_empty() {
+        ctx.say(format!("`{name}` is already down: nothing to remove"));
+    } else {
+        ctx.say(format!("removed {} of `{name}`", removed.join(", ")));
     }
 }
 
 impl flags::Status {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         ctx.config()?;
-        bail!("`dev status` is not available in this build")
-    }
-}
-
-impl flags::Reset {
-    fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
-        ctx.config()?;
-        bail!("`dev reset` is not available in this build")
+        anyhow::bail!("`dev status` is not available in this build")
     }
 }
 
@@ -62,6 +131,6 @@ impl flags::Logs {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let config = ctx.config()?;
         config.component(&self.component)?;
-        bail!("`dev logs` is not available in this build")
+        anyhow::bail!("`dev logs` is not available in this build")
     }
 }

@@ -52,7 +52,6 @@ fn project_root() -> PathBuf {
 /// What every command needs besides its own flags.
 pub(crate) struct Ctx {
     config_path: PathBuf,
-    #[allow(dead_code, reason = "read by the commands that stream build logs")]
     pub(crate) verbose: bool,
     pub(crate) quiet: bool,
 }

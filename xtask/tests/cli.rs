@@ -172,16 +172,33 @@ fn config_flag_and_env_point_at_another_file() {
 
 #[test]
 fn unknown_components_list_the_known_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dev-env.yaml");
+    let component = |name: &str| {
+        format!(
+            "  {name}:\n    image: {name}\n    build: {{cargo: {{package: {name}}}}}\n    rollout: {{kind: Deployment}}\n"
+        )
+    };
+    std::fs::write(
+        &file,
+        format!(
+            "name: a\ncomponents:\n{}{}",
+            component("web"),
+            component("api")
+        ),
+    )
+    .unwrap();
+    let config = file.to_str().unwrap();
     for args in [
         &["push-image", "nope"][..],
-        &["reload", "worker", "nope"],
+        &["reload", "web", "nope"],
         &["dev", "logs", "nope"],
     ] {
-        let out = xtask(repo_root(), args);
+        let out = xtask(dir.path(), &[&["--config", config][..], args].concat());
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
         let msg = text(&out);
         assert!(
-            msg.contains("unknown component `nope`") && msg.contains("declares: worker"),
+            msg.contains("unknown component `nope`") && msg.contains("declares: api, web"),
             "{args:?}: {msg}"
         );
     }

@@ -1,0 +1,308 @@
+//! Server-side apply of the repository's manifests under one field manager,
+//! the way `kubectl apply --server-side --force-conflicts` does it: CRDs
+//! first (then wait for `Established`), namespaces next, the rest after.
+//!
+//! Images of declared components are pinned to their last pushed digest
+//! before anything is sent, so re-applying never rolls a component back to
+//! an older image.
+
+use std::{collections::HashMap, time::Duration};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{
+    Api, Client,
+    api::{DynamicObject, GroupVersionKind, Patch, PatchParams},
+    discovery::{ApiCapabilities, ApiResource, Scope},
+    runtime::wait::{await_condition, conditions},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    config::Config,
+    manifest::{Manifest, Phase},
+    state::State,
+};
+
+/// The field manager of everything the harness applies.
+pub const FIELD_MANAGER: &str = "dev-env";
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{at}: the cluster does not serve {gvk}: {source}; is the CRD among the manifests?")]
+    UnknownKind {
+        at: String,
+        gvk: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{at}: applying {what} failed: {source}")]
+    Apply {
+        at: String,
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("CRD `{name}` was not Established within {}s; check `kubectl get crd {name} -o yaml`", timeout.as_secs())]
+    NotEstablished { name: String, timeout: Duration },
+    #[error("waiting for CRD `{name}`: {source}")]
+    Watch {
+        name: String,
+        #[source]
+        source: kube::runtime::wait::Error,
+    },
+}
+
+/// What one apply did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// `Kind/namespace/name`.
+    pub name: String,
+    /// Whether the object's resourceVersion moved.
+    pub changed: bool,
+}
+
+/// `host/repository` → `host/repository@digest` for every component pushed.
+pub fn pinned_images(config: &Config, state: &State) -> HashMap<String, String> {
+    config
+        .components
+        .iter()
+        .filter_map(|(name, c)| {
+            let pushed = state.images.get(name)?;
+            let repo = format!("{}/{}", config.registry.cluster_host, c.image);
+            Some((repo.clone(), format!("{repo}@{}", pushed.digest)))
+        })
+        .collect()
+}
+
+/// Rewrites every `image:` of every container list in `object` whose
+/// repository is a key of `pins` (with any tag or digest) to its pinned
+/// reference. Returns how many were rewritten.
+pub fn pin_images(object: &mut Value, pins: &HashMap<String, String>) -> usize {
+    let mut count = 0;
+    match object {
+        Value::Object(map) => {
+            for (key, value) in map.iter_mut() {
+                if matches!(
+                    key.as_str(),
+                    "containers" | "initContainers" | "ephemeralContainers"
+                ) {
+                    for container in value.as_array_mut().into_iter().flatten() {
+                        if let Some(Value::String(image)) = container.get_mut("image")
+                            && let Some(pinned) = pins.get(repository_of(image))
+                            && image != pinned
+                        {
+                            *image = pinned.clone();
+                            count += 1;
+                        }
+                    }
+                } else {
+                    count += pin_images(value, pins);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                count += pin_images(item, pins);
+            }
+        }
+        _ => {}
+    }
+    count
+}
+
+/// The repository part of an image reference: without `@digest` and
+/// without a `:tag` after the last `/`.
+pub fn repository_of(image: &str) -> &str {
+    let image = image.split('@').next().unwrap_or(image);
+    match image.rfind(':') {
+        Some(i) if !image[i..].contains('/') => &image[..i],
+        _ => image,
+    }
+}
+
+/// The KEP-1755 ConfigMap that tells tools where the local registry is.
+pub fn local_registry_hosting(config: &Config, host: &str) -> Value {
+    let doc = format!(
+        "host: \"{host}\"\nhostFromContainerRuntime: \"{cluster}\"\nhostFromClusterNetwork: \"{cluster}\"\nhelp: \"https://github.com/kubernetes/enhancements/tree/master/keps/sig-cluster-lifecycle/generic/1755-communicating-a-local-registry\"\n",
+        cluster = config.registry.cluster_host
+    );
+    json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "local-registry-hosting", "namespace": "kube-public"},
+        "data": {"localRegistryHosting.v1": doc},
+    })
+}
+
+/// Applies `manifests` (already in apply order) with images pinned, waiting
+/// for CRDs to be established before anything that may use them.
+pub async fn apply_all(
+    client: &Client,
+    manifests: &[Manifest],
+    pins: &HashMap<String, String>,
+    timeout: Duration,
+) -> Result<Vec<Applied>, Error> {
+    let mut applied = Vec::new();
+    let mut kinds: HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)> = HashMap::new();
+    let mut crds = Vec::new();
+    let mut established = false;
+    for manifest in manifests {
+        if manifest.phase() != Phase::CustomResourceDefinitions && !established {
+            wait_established(client, &crds, timeout).await?;
+            established = true;
+        }
+        let mut object = manifest.object.clone();
+        pin_images(&mut object, pins);
+        let at = format!("{}:{}", manifest.file.display(), manifest.line);
+        applied.push(apply_one(client, &mut kinds, &at, &object).await?);
+        if manifest.phase() == Phase::CustomResourceDefinitions {
+            crds.push(manifest.name.clone());
+        }
+    }
+    if !established {
+        wait_established(client, &crds, timeout).await?;
+    }
+    Ok(applied)
+}
+
+/// Applies one object.
+pub async fn apply_value(client: &Client, object: &Value) -> Result<Applied, Error> {
+    apply_one(client, &mut HashMap::new(), "(generated)", object).await
+}
+
+async fn apply_one(
+    client: &Client,
+    kinds: &mut HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>,
+    at: &str,
+    object: &Value,
+) -> Result<Applied, Error> {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let gvk = GroupVersionKind::gvk(group, version, kind);
+    let (resource, caps) = match kinds.get(&gvk) {
+        Some(found) => found.clone(),
+        None => {
+            let found = kube::discovery::pinned_kind(client, &gvk)
+                .await
+                .map_err(|source| Error::UnknownKind {
+                    at: at.to_string(),
+                    gvk: format!("{api_version} {kind}"),
+                    source,
+                })?;
+            kinds.insert(gvk.clone(), found.clone());
+            found
+        }
+    };
+    let name = object["metadata"]["name"].as_str().unwrap_or_default();
+    let api: Api<DynamicObject> = match caps.scope {
+        Scope::Namespaced => {
+            let ns = object["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("default");
+            Api::namespaced_with(client.clone(), ns, &resource)
+        }
+        Scope::Cluster => Api::all_with(client.clone(), &resource),
+    };
+    let display = match object["metadata"]["namespace"].as_str() {
+        Some(ns) if caps.scope == Scope::Namespaced => format!("{kind}/{ns}/{name}"),
+        _ => format!("{kind}/{name}"),
+    };
+    let err = |source| Error::Apply {
+        at: at.to_string(),
+        what: display.clone(),
+        source,
+    };
+    let before = api
+        .get_opt(name)
+        .await
+        .map_err(err)?
+        .and_then(|o| o.metadata.resource_version);
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let after = api
+        .patch(name, &params, &Patch::Apply(object))
+        .await
+        .map_err(err)?;
+    Ok(Applied {
+        name: display.clone(),
+        changed: before != after.metadata.resource_version,
+    })
+}
+
+async fn wait_established(
+    client: &Client,
+    names: &[String],
+    timeout: Duration,
+) -> Result<(), Error> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in names {
+        let wait = await_condition(api.clone(), name, conditions::is_crd_established());
+        match tokio::time::timeout(timeout, wait).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(source)) => {
+                return Err(Error::Watch {
+                    name: name.clone(),
+                    source,
+                });
+            }
+            Err(_) => {
+                return Err(Error::NotEstablished {
+                    name: name.clone(),
+                    timeout,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_of_pushed_components_are_pinned_wherever_containers_are() {
+        let pins = HashMap::from([(
+            String::from("reg:5000/demo/worker"),
+            format!("reg:5000/demo/worker@sha256:{}", "a".repeat(64)),
+        )]);
+        let mut pool = json!({
+            "kind": "WorkerPool",
+            "spec": {"template": {"spec": {
+                "initContainers": [{"name": "init", "image": "reg:5000/demo/worker:dev"}],
+                "containers": [
+                    {"name": "worker", "image": "reg:5000/demo/worker:dev"},
+                    {"name": "sidecar", "image": "reg:5000/demo/worker-helper:dev"},
+                ]
+            }}}
+        });
+        assert_eq!(pin_images(&mut pool, &pins), 2);
+        assert_eq!(
+            pool["spec"]["template"]["spec"]["containers"][0]["image"],
+            pins["reg:5000/demo/worker"]
+        );
+        assert_eq!(
+            pool["spec"]["template"]["spec"]["containers"][1]["image"],
+            "reg:5000/demo/worker-helper:dev"
+        );
+        // Pinning twice changes nothing.
+        assert_eq!(pin_images(&mut pool, &pins), 0);
+    }
+
+    #[test]
+    fn repository_of_strips_tags_and_digests_but_not_ports() {
+        assert_eq!(
+            repository_of("reg:5000/demo/worker:dev"),
+            "reg:5000/demo/worker"
+        );
+        assert_eq!(
+            repository_of("reg:5000/demo/worker"),
+            "reg:5000/demo/worker"
+        );
+        assert_eq!(
+            repository_of("reg:5000/demo/worker@sha256:ab"),
+            "reg:5000/demo/worker"
+        );
+        assert_eq!(repository_of("reg:5000/w:dev@sha256:ab"), "reg:5000/w");
+    }
+}

@@ -1,0 +1,385 @@
+//! The cluster node: one container that runs `server` (k3s, or kube-sim
+//! standing in for it), the way k3d runs a k3s server, driven through the
+//! Docker API. Both providers share this code; only the image differs.
+//!
+//! The node's API is published on 127.0.0.1 only. Its kubeconfig is read
+//! out of the container once the server writes it, and rewritten for the
+//! host and for the network (see `kubeconfig`).
+
+use std::{collections::HashMap, io::Read, path::PathBuf, time::Duration};
+
+use bollard::{
+    Docker,
+    models::{
+        ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountType, NetworkingConfig,
+        PortBinding, RestartPolicy, RestartPolicyNameEnum,
+    },
+    query_parameters::{
+        CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, LogsOptionsBuilder,
+        UploadToContainerOptionsBuilder,
+    },
+};
+use futures::{StreamExt, TryStreamExt};
+
+use crate::{
+    config::Config,
+    docker::{self, inspect_container, is_running, published_port},
+    kubeconfig,
+    plan::{self, Drift, NODE_API_PORT, NODE_KUBECONFIG_OUTPUT, NodeSpec},
+    state::State,
+    wait::{self, Step},
+};
+
+/// How long the server may take to write its kubeconfig and answer `/readyz`.
+pub const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Docker(#[from] docker::Error),
+    #[error(
+        "container `{0}` exists but was not created by dev-env; remove it (`docker rm -f {0}`) or change `name` in dev-env.yaml"
+    )]
+    Foreign(String),
+    #[error("node image `{image}` is not available: {reason}")]
+    Image { image: String, reason: String },
+    #[error(
+        "node `{container}` stopped while starting (exit code {code}); its last log lines:\n{logs}"
+    )]
+    Exited {
+        container: String,
+        code: i64,
+        logs: String,
+    },
+    #[error("node `{container}`: {source}")]
+    Wait {
+        container: String,
+        #[source]
+        source: wait::Error,
+    },
+    #[error(transparent)]
+    Kubeconfig(#[from] kubeconfig::Error),
+    #[error("node `{container}` wrote an unreadable kubeconfig: {reason}")]
+    BadKubeconfig { container: String, reason: String },
+}
+
+/// What [`ensure`] found or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Created,
+    /// It existed but was stopped.
+    Started,
+    Unchanged,
+    /// It exists with another configuration; nothing was changed.
+    Drifted(Drift),
+}
+
+/// The node as it runs.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub container: String,
+    /// The API's port on 127.0.0.1.
+    pub api_port: u16,
+    pub host_kubeconfig: PathBuf,
+    pub network_kubeconfig: PathBuf,
+}
+
+/// Makes sure the node of `spec` runs, then writes both kubeconfigs and
+/// waits for the API to be ready. A drifted node is left alone and
+/// reported, unless `recreate`.
+pub async fn ensure(
+    docker: &Docker,
+    config: &Config,
+    spec: &NodeSpec,
+    state: &mut State,
+    recreate: bool,
+) -> Result<(Outcome, Option<Node>), Error> {
+    let outcome = match inspect_container(docker, &spec.container).await? {
+        Some(existing) => {
+            let labels = existing
+                .config
+                .as_ref()
+                .and_then(|c| c.labels.clone())
+                .unwrap_or_default();
+            match plan::drift_from_labels(&labels, "node", &spec.container, spec) {
+                None => return Err(Error::Foreign(spec.container.clone())),
+                Some(Some(drift)) if !recreate => return Ok((Outcome::Drifted(drift), None)),
+                Some(Some(_)) => {
+                    docker::remove_container(docker, &spec.container).await?;
+                    create(docker, config, spec, state).await?;
+                    Outcome::Created
+                }
+                Some(None) if is_running(&existing) => Outcome::Unchanged,
+                Some(None) => {
+                    start(docker, &spec.container).await?;
+                    Outcome::Started
+                }
+            }
+        }
+        None => {
+            create(docker, config, spec, state).await?;
+            Outcome::Created
+        }
+    };
+    let node = connect(docker, config, spec).await?;
+    state.api_port = Some(node.api_port);
+    Ok((outcome, Some(node)))
+}
+
+/// Removes the node container; `false` when it was already gone. The
+/// kubeconfigs go with it: they would name a server that no longer exists.
+pub async fn remove(docker: &Docker, config: &Config) -> Result<bool, Error> {
+    let removed = docker::remove_container(docker, &config.node_name()).await?;
+    for file in [kubeconfig::HOST_FILE, kubeconfig::NETWORK_FILE] {
+        let _ = std::fs::remove_file(config.state_dir().join(file));
+    }
+    Ok(removed)
+}
+
+async fn create(
+    docker: &Docker,
+    config: &Config,
+    spec: &NodeSpec,
+    state: &mut State,
+) -> Result<(), Error> {
+    if docker::inspect_image(docker, &spec.image).await?.is_none() {
+        return Err(Error::Image {
+            image: spec.image.clone(),
+            reason: String::from(
+                "the engine does not have it; pull it (`docker pull`) or build it, then run `cargo xtask dev up` again",
+            ),
+        });
+    }
+    let token = match &state.node_token {
+        Some(token) => token.clone(),
+        None => {
+            let token = random_token();
+            state.node_token = Some(token.clone());
+            token
+        }
+    };
+    let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    env.push(format!("K3S_TOKEN={token}"));
+    let port_key = format!("{NODE_API_PORT}/tcp");
+    // Keep the port of an earlier run when it is still free, so kubeconfigs
+    // handed to other tools stay valid; otherwise let the engine pick one.
+    let host_port = state
+        .api_port
+        .filter(|p| port_is_free(*p))
+        .map(|p| p.to_string())
+        .unwrap_or_default();
+    let host_config = HostConfig {
+        privileged: Some(spec.privileged),
+        tmpfs: Some(spec.tmpfs.clone().into_iter().collect()),
+        mounts: Some(
+            spec.volumes
+                .iter()
+                .map(|(target, source)| Mount {
+                    target: Some(target.clone()),
+                    source: Some(source.clone()),
+                    typ: Some(MountType::VOLUME),
+                    ..Mount::default()
+                })
+                .collect(),
+        ),
+        port_bindings: Some(HashMap::from([(
+            port_key.clone(),
+            Some(vec![PortBinding {
+                host_ip: Some(String::from("127.0.0.1")),
+                host_port: Some(host_port),
+            }]),
+        )])),
+        network_mode: Some(spec.network.clone()),
+        restart_policy: Some(RestartPolicy {
+            name: Some(RestartPolicyNameEnum::UNLESS_STOPPED),
+            maximum_retry_count: None,
+        }),
+        ..HostConfig::default()
+    };
+    let body = ContainerCreateBody {
+        image: Some(spec.image.clone()),
+        hostname: Some(spec.container.clone()),
+        cmd: Some(spec.command.clone()),
+        env: Some(env),
+        labels: Some(plan::labels(&config.name, "node", spec)),
+        exposed_ports: Some(vec![port_key]),
+        host_config: Some(host_config),
+        networking_config: Some(NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                spec.network.clone(),
+                EndpointSettings {
+                    aliases: Some(vec![spec.container.clone()]),
+                    ..EndpointSettings::default()
+                },
+            )])),
+        }),
+        ..ContainerCreateBody::default()
+    };
+    let options = CreateContainerOptionsBuilder::default()
+        .name(&spec.container)
+        .build();
+    docker
+        .create_container(Some(options), body)
+        .await
+        .map_err(|e| docker::Error::api(format!("create container `{}`", spec.container), e))?;
+    // Files go in before the first start, as k3d's pre-start hooks do: no
+    // bind mounts, so this works against a remote engine too.
+    let archive = tar_files(&spec.files);
+    let options = UploadToContainerOptionsBuilder::default().path("/").build();
+    docker
+        .upload_to_container(
+            &spec.container,
+            Some(options),
+            bollard::body_full(archive.into()),
+        )
+        .await
+        .map_err(|e| docker::Error::api(format!("copy files into `{}`", spec.container), e))?;
+    start(docker, &spec.container).await
+}
+
+async fn start(docker: &Docker, container: &str) -> Result<(), Error> {
+    docker
+        .start_container(container, None)
+        .await
+        .map_err(|e| docker::Error::api(format!("start container `{container}`"), e).into())
+}
+
+/// Waits for the kubeconfig the server writes, rewrites it for the host and
+/// the network, and waits for `/readyz`.
+async fn connect(docker: &Docker, config: &Config, spec: &NodeSpec) -> Result<Node, Error> {
+    let container = spec.container.clone();
+    let wait_err = |source| Error::Wait {
+        container: container.clone(),
+        source,
+    };
+    let (api_port, text) = wait::poll("the node's kubeconfig", START_TIMEOUT, || async {
+        let Some(inspected) = inspect_container(docker, &container).await? else {
+            return Ok(Step::Pending(String::from("container missing")));
+        };
+        if !is_running(&inspected) {
+            let code = inspected
+                .state
+                .as_ref()
+                .and_then(|s| s.exit_code)
+                .unwrap_or(-1);
+            return Err(Error::Exited {
+                container: container.clone(),
+                code,
+                logs: logs_tail(docker, &container, 20).await,
+            });
+        }
+        let Some(port) = published_port(&inspected, NODE_API_PORT) else {
+            return Ok(Step::Pending(String::from("API port not published yet")));
+        };
+        Ok(
+            match read_file(docker, &container, NODE_KUBECONFIG_OUTPUT).await {
+                Some(text) => Step::Done((port, text)),
+                None => Step::Pending(format!("{NODE_KUBECONFIG_OUTPUT} not written yet")),
+            },
+        )
+    })
+    .await
+    .map_err(wait_err)??;
+
+    let dir = config.state_dir();
+    let node = Node {
+        container: container.clone(),
+        api_port,
+        host_kubeconfig: dir.join(kubeconfig::HOST_FILE),
+        network_kubeconfig: dir.join(kubeconfig::NETWORK_FILE),
+    };
+    let host = kubeconfig::rewrite(
+        &text,
+        &config.name,
+        &format!("https://127.0.0.1:{api_port}"),
+    )?;
+    let network = kubeconfig::rewrite(
+        &text,
+        &config.name,
+        &format!("https://{container}:{NODE_API_PORT}"),
+    )?;
+    kubeconfig::write(&node.host_kubeconfig, &host)?;
+    kubeconfig::write(&node.network_kubeconfig, &network)?;
+
+    let client = kubeconfig::client(&node.host_kubeconfig, None).await?;
+    wait::poll("the API server's /readyz", START_TIMEOUT, || async {
+        let request = http::Request::get("/readyz")
+            .body(Vec::new())
+            .expect("static request");
+        Ok::<_, Error>(match client.request_text(request).await {
+            Ok(_) => Step::Done(()),
+            Err(e) => Step::Pending(e.to_string()),
+        })
+    })
+    .await
+    .map_err(wait_err)??;
+    Ok(node)
+}
+
+/// The content of the file at `path` in the container, if it exists.
+async fn read_file(docker: &Docker, container: &str, path: &str) -> Option<String> {
+    let options = DownloadFromContainerOptionsBuilder::default()
+        .path(path)
+        .build();
+    let bytes: Vec<u8> = docker
+        .download_from_container(container, Some(options))
+        .map_ok(|chunk| chunk.to_vec())
+        .try_concat()
+        .await
+        .ok()?;
+    let mut archive = tar::Archive::new(bytes.as_slice());
+    let mut entry = archive.entries().ok()?.next()?.ok()?;
+    let mut text = String::new();
+    entry.read_to_string(&mut text).ok()?;
+    (!text.trim().is_empty()).then_some(text)
+}
+
+/// The last `n` lines the container logged.
+pub async fn logs_tail(docker: &Docker, container: &str, n: usize) -> String {
+    let options = LogsOptionsBuilder::default()
+        .stdout(true)
+        .stderr(true)
+        .tail(&n.to_string())
+        .build();
+    let lines: Vec<String> = docker
+        .logs(container, Some(options))
+        .filter_map(|line| async move { line.ok().map(|l| l.to_string()) })
+        .collect()
+        .await;
+    if lines.is_empty() {
+        String::from("(no output)")
+    } else {
+        lines.concat()
+    }
+}
+
+fn tar_files(files: &std::collections::BTreeMap<String, String>) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, content) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(content.len() as u64);
+        header.set_mode(0o644);
+        header.set_mtime(0);
+        header.set_cksum();
+        builder
+            .append_data(
+                &mut header,
+                path.trim_start_matches('/'),
+                content.as_bytes(),
+            )
+            .expect("writing to memory");
+    }
+    builder.into_inner().expect("writing to memory")
+}
+
+fn random_token() -> String {
+    let mut bytes = [0u8; 24];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .expect("/dev/urandom is readable");
+    hex::encode(bytes)
+}
+
+fn port_is_free(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+}

@@ -1,0 +1,135 @@
+//! The shared bridge network that the registry and the node attach to, so
+//! pods reach the registry by its container name.
+
+use bollard::{
+    Docker,
+    models::{Ipam, IpamConfig, NetworkCreateRequest, NetworkInspect},
+};
+
+use crate::{
+    docker::{self, is_conflict, is_not_found},
+    plan::{self, Drift, NetworkSpec},
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Docker(#[from] docker::Error),
+    #[error(
+        "network `{name}` is still used by {containers}; stop them (`docker network inspect {name}`) or run `cargo xtask dev reset` from the environment that owns them"
+    )]
+    InUse { name: String, containers: String },
+}
+
+/// What [`ensure`] found or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Created,
+    Unchanged,
+    /// It exists with another configuration; nothing was changed.
+    Drifted(Drift),
+}
+
+/// Makes sure the network of `spec` exists. An existing network with a
+/// different configuration is reported, not changed: the caller decides
+/// whether to recreate it. Two processes creating it at once both succeed.
+pub async fn ensure(docker: &Docker, env: &str, spec: &NetworkSpec) -> Result<Outcome, Error> {
+    if let Some(existing) = inspect(docker, &spec.name).await? {
+        return Ok(match drift(&existing, spec) {
+            Some(drift) => Outcome::Drifted(drift),
+            None => Outcome::Unchanged,
+        });
+    }
+    let mut config = vec![IpamConfig {
+        subnet: Some(spec.ipv4_subnet.clone()),
+        ..IpamConfig::default()
+    }];
+    if let Some(v6) = &spec.ipv6_subnet {
+        config.push(IpamConfig {
+            subnet: Some(v6.clone()),
+            ..IpamConfig::default()
+        });
+    }
+    let request = NetworkCreateRequest {
+        name: spec.name.clone(),
+        driver: Some(String::from("bridge")),
+        enable_ipv6: Some(spec.ipv6_subnet.is_some()),
+        ipam: Some(Ipam {
+            driver: Some(String::from("default")),
+            config: Some(config),
+            options: None,
+        }),
+        labels: Some(plan::labels(env, "network", spec)),
+        ..NetworkCreateRequest::default()
+    };
+    match docker.create_network(request).await {
+        Ok(_) => Ok(Outcome::Created),
+        // Another process created it between our inspect and create.
+        Err(e) if is_conflict(&e) => match inspect(docker, &spec.name).await? {
+            Some(existing) => {
+                Ok(drift(&existing, spec).map_or(Outcome::Unchanged, Outcome::Drifted))
+            }
+            None => Err(docker::Error::api(format!("create network `{}`", spec.name), e).into()),
+        },
+        Err(e) => Err(docker::Error::api(format!("create network `{}`", spec.name), e).into()),
+    }
+}
+
+/// Removes the network; `false` when it was already gone.
+pub async fn remove(docker: &Docker, name: &str) -> Result<bool, Error> {
+    match docker.remove_network(name).await {
+        Ok(()) => Ok(true),
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => {
+            if let Some(existing) = inspect(docker, name).await? {
+                let containers: Vec<String> = existing
+                    .containers
+                    .unwrap_or_default()
+                    .values()
+                    .filter_map(|c| c.name.clone())
+                    .collect();
+                if !containers.is_empty() {
+                    return Err(Error::InUse {
+                        name: name.to_string(),
+                        containers: containers.join(", "),
+                    });
+                }
+            }
+            Err(docker::Error::api(format!("remove network `{name}`"), e).into())
+        }
+    }
+}
+
+pub async fn inspect(docker: &Docker, name: &str) -> Result<Option<NetworkInspect>, Error> {
+    match docker.inspect_network(name, None).await {
+        Ok(it) => Ok(Some(it)),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(docker::Error::api(format!("inspect network `{name}`"), e).into()),
+    }
+}
+
+/// How an existing network differs from `spec`. A network the harness
+/// created carries its declared spec in a label; one created by hand is
+/// compared by its IPAM configuration.
+pub fn drift(existing: &NetworkInspect, spec: &NetworkSpec) -> Option<Drift> {
+    let labels = existing.labels.clone().unwrap_or_default();
+    if let Some(drift) = plan::drift_from_labels(&labels, "network", &spec.name, spec) {
+        return drift;
+    }
+    let subnets: Vec<String> = existing
+        .ipam
+        .as_ref()
+        .and_then(|i| i.config.as_ref())
+        .map(|c| c.iter().filter_map(|c| c.subnet.clone()).collect())
+        .unwrap_or_default();
+    let actual = NetworkSpec {
+        name: spec.name.clone(),
+        ipv4_subnet: subnets
+            .iter()
+            .find(|s| !s.contains(':'))
+            .cloned()
+            .unwrap_or_default(),
+        ipv6_subnet: subnets.iter().find(|s| s.contains(':')).cloned(),
+    };
+    Drift::between("network", &spec.name, &actual, spec)
+}
