@@ -58,7 +58,7 @@ impl Entry {
             s = format!("{s} with subresource {sub:?}");
         }
         if self.operation == "Update" {
-            s = format!("{s} using {} at {}", self.api_version, self.time);
+            s = format!("{s} using {}", self.api_version);
         }
         s
     }

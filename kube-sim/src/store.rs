@@ -499,11 +499,22 @@ impl Store {
         self.lock().rv
     }
 
-    /// Drops the whole watch history, so any watch from an older version gets 410 `Expired`.
+    /// A receiver that changes whenever any object changes; its value is the latest `resourceVersion`.
+    /// Controllers can use it to wake up without polling.
+    pub fn subscribe_changes(&self) -> watch::Receiver<u64> {
+        self.shared.changed.subscribe()
+    }
+
+    /// Drops the whole watch history, like an etcd compaction: the `resourceVersion` moves on by one, every
+    /// running watch receives an in-stream 410 `Expired` error, and watches from older versions are refused
+    /// the same way. A fresh list returns the new version, from which watching works again.
     pub fn compact(&self) {
         let mut st = self.lock();
         st.log.clear();
-        st.compacted_through = st.rv;
+        let rv = next_rv(&mut st);
+        st.compacted_through = rv;
+        drop(st);
+        self.shared.changed.send_replace(rv);
     }
 
     /// Installs the source of pod logs.
@@ -1156,6 +1167,7 @@ impl Store {
             fields,
             cursor,
             rx,
+            initial: pending.len(),
             pending,
             done: false,
         })
@@ -1923,6 +1935,7 @@ pub struct Watcher {
     cursor: u64,
     rx: watch::Receiver<u64>,
     pending: VecDeque<WatchEvent>,
+    initial: usize,
     done: bool,
 }
 
@@ -1945,6 +1958,11 @@ impl Watcher {
                 return None;
             }
         }
+    }
+
+    /// How many `Added` events the initial replay produced (zero when starting from a version).
+    pub fn initial_events(&self) -> usize {
+        self.initial
     }
 
     /// The `resourceVersion` this watcher has caught up to, for bookmarks.

@@ -172,6 +172,11 @@ async fn watch_replays_and_expires() {
     }
     let old = 1;
     s.compact();
+    assert!(
+        matches!(w.next().await, Some(WatchEvent::Error(ref st)) if st["code"] == 410),
+        "a running watch is expired by compaction"
+    );
+    assert_eq!(w.next().await, None);
     let mut expired = s
         .watch(&deploy(), ns, Some(old), &ListOptions::default())
         .unwrap();

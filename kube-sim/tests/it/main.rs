@@ -1,1 +1,215 @@
+//! Integration tests: the simulator against real clients (kubectl, kube-rs) and the API semantics that
+//! simulators most often get wrong.
 
+mod binary;
+mod kube_rs;
+mod kubectl;
+mod lifecycle;
+mod semantics;
+
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use kube_sim::{Config, Sim};
+
+/// How long any single wait in these tests may take.
+pub const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Starts a simulator on an ephemeral port with test settings.
+pub async fn start() -> Sim {
+    start_with(Config::ephemeral()).await
+}
+
+/// Starts a simulator with a given configuration.
+pub async fn start_with(config: Config) -> Sim {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter("kube_sim=debug")
+        .try_init();
+    Sim::start(config).await.expect("the simulator starts")
+}
+
+/// The kubectl binary the conformance tests use.
+pub const KUBECTL: &str = "/usr/bin/kubectl";
+
+/// Runs kubectl against a kubeconfig; panics (never skips) when kubectl is missing.
+pub async fn kubectl_at(kubeconfig: &Path, args: &[&str]) -> Output {
+    assert!(
+        Path::new(KUBECTL).exists(),
+        "kubectl is required for the conformance tests: install it at {KUBECTL} (Debian: kubernetes-client)"
+    );
+    let kubeconfig = kubeconfig.to_path_buf();
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let cache = tempfile::tempdir().expect("a temporary kubectl cache");
+    let cache_dir = cache.path().to_path_buf();
+    tokio::time::timeout(
+        DEADLINE,
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(KUBECTL)
+                .args(&args)
+                .arg("--cache-dir")
+                .arg(&cache_dir)
+                .env("KUBECONFIG", &kubeconfig)
+                .output()
+                .expect("kubectl runs")
+        }),
+    )
+    .await
+    .expect("kubectl finishes within the deadline")
+    .expect("the kubectl task does not panic")
+}
+
+/// Runs kubectl against a simulator and requires success, returning stdout.
+pub async fn kubectl_ok(sim: &Sim, args: &[&str]) -> String {
+    let out = kubectl_at(sim.kubeconfig_path(), args).await;
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Writes a manifest into a temporary directory and returns the directory guard and the path.
+pub fn manifest(contents: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("manifest.yaml");
+    std::fs::write(&path, contents).expect("the manifest is written");
+    (dir, path)
+}
+
+/// A CRD for `widgets.example.com` with a status subresource and a template whose metadata schema has no properties.
+pub const WIDGET_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  names: {kind: Widget, plural: widgets, singular: widget, shortNames: [wd]}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer}
+              colors: {type: array, items: {type: string}}
+              template:
+                type: object
+                properties:
+                  metadata: {type: object}
+              free:
+                type: object
+                x-kubernetes-preserve-unknown-fields: true
+          status:
+            type: object
+            properties:
+              ready: {type: boolean}
+"#;
+
+/// A CRD for `gadgets.example.com` without a status subresource.
+pub const GADGET_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.com
+spec:
+  group: example.com
+  names: {kind: Gadget, plural: gadgets}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+/// A two-replica Deployment named `web`.
+pub const WEB_DEPLOYMENT: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: default
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: app
+        image: nginx:1.27
+        ports: [{containerPort: 80}]
+      - name: sidecar
+        image: busybox:1.36
+"#;
+
+/// Creates a CRD from YAML through the store and waits until it is established.
+pub async fn install_crd(sim: &Sim, yaml: &str) {
+    use kube::runtime::wait::{await_condition, conditions};
+    let crd: k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition =
+        serde_yaml::from_str(yaml).expect("the CRD parses");
+    let name = crd.metadata.name.clone().expect("the CRD has a name");
+    let client = sim.client().await.expect("a client");
+    let api: kube::Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        kube::Api::all(client);
+    api.create(&kube::api::PostParams::default(), &crd)
+        .await
+        .expect("the CRD is created");
+    tokio::time::timeout(
+        DEADLINE,
+        await_condition(api, &name, conditions::is_crd_established()),
+    )
+    .await
+    .expect("the CRD is established within the deadline")
+    .expect("the CRD watch works");
+}
+
+/// Sends a raw request through a kube client and returns the status code and the body text.
+pub async fn raw(
+    client: &kube::Client,
+    method: http::Method,
+    uri: &str,
+    content_type: &str,
+    body: &str,
+) -> (u16, String) {
+    use http_body_util::BodyExt as _;
+    let req = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(kube::client::Body::from(body.as_bytes().to_vec()))
+        .expect("a valid request");
+    let res = tokio::time::timeout(DEADLINE, client.send(req))
+        .await
+        .expect("the request finishes within the deadline")
+        .expect("the request is sent");
+    let code = res.status().as_u16();
+    let bytes = tokio::time::timeout(DEADLINE, res.into_body().collect())
+        .await
+        .expect("the body arrives within the deadline")
+        .expect("the body is read")
+        .to_bytes();
+    (code, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Parses a JSON body, failing with the body text.
+pub fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}

@@ -1,0 +1,188 @@
+//! API machinery that runs beside the server: the CRD establishing controller, the namespace lifecycle
+//! (deleting contents of terminating namespaces) and the `default` service account of every namespace.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::meta;
+use crate::resource::{self, GroupResource};
+use crate::store::{Error, ListOptions, Patch, PatchOptions, Store, WatchEvent, WriteOptions};
+
+const MANAGER: &str = "kube-apiserver";
+
+/// Serves custom resources once their CRD is established.
+///
+/// A new or changed CRD first gets `NamesAccepted=True` (reason `NoConflicts`), then after `delay`
+/// `Established=True` (reason `InitialNamesAccepted`); only then does the resource answer requests.
+/// Deleting a CRD stops serving it and removes its objects.
+pub async fn run_crd_controller(
+    store: Store,
+    delay: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let crds = GroupResource::crds();
+    let Ok(mut watcher) = store.watch(&crds, None, Some(0), &ListOptions::default()) else {
+        tracing::error!("the CRD resource is missing; custom resources will not be served");
+        return;
+    };
+    let mut served: HashMap<String, (i64, GroupResource)> = HashMap::new();
+    loop {
+        let event = tokio::select! {
+            e = watcher.next() => e,
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        let Some(event) = event else { return };
+        match event {
+            WatchEvent::Added(crd) | WatchEvent::Modified(crd) => {
+                let name = meta::name_of(&crd).to_string();
+                let generation = crd
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let Some(info) = resource::from_crd(&crd) else {
+                    tracing::warn!(crd = %name, "CRD has no served versions; not serving it");
+                    continue;
+                };
+                if served.get(&name).is_some_and(|(g, _)| *g == generation) {
+                    continue;
+                }
+                let gr = info.group_resource();
+                if let Some((_, old_gr)) = served.get(&name)
+                    && *old_gr != gr
+                {
+                    store.unregister_custom(old_gr);
+                }
+                served.insert(name.clone(), (generation, gr));
+                let already = is_established(&crd);
+                let store = store.clone();
+                tokio::spawn(async move {
+                    if already {
+                        store.register_custom(info);
+                        return;
+                    }
+                    if let Err(e) = establish(&store, &name, info, delay).await {
+                        tracing::warn!(crd = %name, error = %e, "establishing the CRD failed");
+                    }
+                });
+            }
+            WatchEvent::Deleted(crd) => {
+                let name = meta::name_of(&crd).to_string();
+                if let Some((_, gr)) = served.remove(&name) {
+                    store.unregister_custom(&gr);
+                }
+            }
+            WatchEvent::Bookmark(_) => {}
+            WatchEvent::Error(status) => {
+                tracing::error!(%status, "the CRD watch failed");
+                return;
+            }
+        }
+    }
+}
+
+fn is_established(crd: &Value) -> bool {
+    crd.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        })
+}
+
+async fn establish(
+    store: &Store,
+    name: &str,
+    info: resource::ResourceInfo,
+    delay: Duration,
+) -> Result<(), Error> {
+    let crds = GroupResource::crds();
+    let crd = store.get(&crds, None, name)?;
+    let now = meta::now_rfc3339();
+    let mut accepted = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
+    if let Value::Object(m) = &mut accepted {
+        m.entry("singular").or_insert_with(|| json!(info.singular));
+        m.entry("listKind").or_insert_with(|| json!(info.list_kind));
+    }
+    let storage: Vec<Value> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .map(|vs| {
+            vs.iter()
+                .filter(|v| v["storage"] == true)
+                .map(|v| v["name"].clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let names_accepted = json!({"type": "NamesAccepted", "status": "True", "lastTransitionTime": now,
+        "reason": "NoConflicts", "message": "no conflicts found"});
+    let opts = PatchOptions::apply(MANAGER);
+    let status = json!({"status": {"conditions": [names_accepted.clone()], "acceptedNames": accepted, "storedVersions": storage}});
+    store.patch(
+        &crds,
+        None,
+        name,
+        Some("status"),
+        &Patch::Merge(status),
+        &opts_update(&opts),
+    )?;
+    tokio::time::sleep(delay).await;
+    store.get(&crds, None, name)?;
+    store.register_custom(info);
+    let established = json!({"type": "Established", "status": "True", "lastTransitionTime": meta::now_rfc3339(),
+        "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"});
+    let status = json!({"status": {"conditions": [names_accepted, established]}});
+    store.patch(
+        &crds,
+        None,
+        name,
+        Some("status"),
+        &Patch::Merge(status),
+        &opts_update(&opts),
+    )?;
+    tracing::debug!(crd = %name, "CRD established");
+    Ok(())
+}
+
+fn opts_update(opts: &PatchOptions) -> PatchOptions {
+    PatchOptions {
+        field_manager: opts.field_manager.clone(),
+        ..PatchOptions::default()
+    }
+}
+
+/// Finishes namespace deletion and gives every namespace a `default` service account.
+pub async fn run_namespace_controller(store: Store, mut shutdown: watch::Receiver<bool>) {
+    let mut changes = store.subscribe_changes();
+    let namespaces = GroupResource::namespaces();
+    let service_accounts = GroupResource::new("", "serviceaccounts");
+    loop {
+        changes.borrow_and_update();
+        let waiting = store.finalize_namespaces();
+        if let Ok(list) = store.list(&namespaces, None, &ListOptions::default()) {
+            for ns in list
+                .items
+                .iter()
+                .filter(|n| n.pointer("/metadata/deletionTimestamp").is_none())
+            {
+                let name = meta::name_of(ns);
+                if store.get(&service_accounts, Some(name), "default").is_err() {
+                    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
+                    let _ = store.create(
+                        &service_accounts,
+                        Some(name),
+                        sa,
+                        &WriteOptions::manager("kube-controller-manager"),
+                    );
+                }
+            }
+        }
+        let _ = waiting;
+        tokio::select! {
+            r = changes.changed() => if r.is_err() { return },
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}

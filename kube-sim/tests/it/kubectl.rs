@@ -1,0 +1,140 @@
+//! Conformance with kubectl: server-side apply, get, strategic and merge patches, delete, CRDs.
+
+use serde_json::Value;
+
+use crate::{WEB_DEPLOYMENT, WIDGET_CRD, kubectl_at, kubectl_ok, manifest, start};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_patches_and_deletes_a_deployment() {
+    let sim = start().await;
+    let (_dir, path) = manifest(WEB_DEPLOYMENT);
+    let path = path.to_str().unwrap();
+    let out = kubectl_ok(&sim, &["apply", "--server-side", "-f", path]).await;
+    assert!(
+        out.contains("deployment.apps/web serverside-applied"),
+        "{out}"
+    );
+
+    let got: Value =
+        serde_json::from_str(&kubectl_ok(&sim, &["get", "deployment", "web", "-o", "json"]).await)
+            .unwrap();
+    assert_eq!(got["spec"]["replicas"], 2);
+    assert_eq!(got["metadata"]["generation"], 1);
+    assert_eq!(got["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+
+    let patch =
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"nginx:1.28"}]}}}}"#;
+    kubectl_ok(&sim, &["patch", "deployment", "web", "-p", patch]).await;
+    let got: Value =
+        serde_json::from_str(&kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"]).await)
+            .unwrap();
+    let containers = got["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(
+        containers.len(),
+        2,
+        "strategic merge keeps the sidecar: {containers:?}"
+    );
+    assert_eq!(containers[0]["image"], "nginx:1.28");
+    assert_eq!(containers[1]["name"], "sidecar");
+    assert_eq!(got["metadata"]["generation"], 2);
+
+    let restart = r#"{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-01-01T00:00:00Z"}}}}}"#;
+    kubectl_ok(&sim, &["patch", "deployment", "web", "-p", restart]).await;
+    let again = kubectl_ok(&sim, &["patch", "deployment", "web", "-p", restart]).await;
+    assert!(again.contains("(no change)"), "{again}");
+
+    let out = kubectl_ok(&sim, &["delete", "deployment", "web"]).await;
+    assert!(out.contains("deployment.apps \"web\" deleted"), "{out}");
+    let missing = kubectl_at(sim.kubeconfig_path(), &["get", "deployment", "web"]).await;
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        stderr.contains("Error from server (NotFound): deployments.apps \"web\" not found"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_a_crd_and_a_custom_resource_then_merge_patches_it() {
+    let sim = start().await;
+    let (_crd_dir, crd) = manifest(WIDGET_CRD);
+    kubectl_ok(
+        &sim,
+        &["apply", "--server-side", "-f", crd.to_str().unwrap()],
+    )
+    .await;
+    let waited = kubectl_ok(
+        &sim,
+        &[
+            "wait",
+            "--for=condition=Established",
+            "crd/widgets.example.com",
+            "--timeout=15s",
+        ],
+    )
+    .await;
+    assert!(waited.contains("condition met"), "{waited}");
+
+    let cr = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: default}\nspec: {size: 3, colors: [red, blue]}\n";
+    let (_cr_dir, cr_path) = manifest(cr);
+    let out = kubectl_ok(
+        &sim,
+        &["apply", "--server-side", "-f", cr_path.to_str().unwrap()],
+    )
+    .await;
+    assert!(
+        out.contains("widget.example.com/w1 serverside-applied"),
+        "{out}"
+    );
+
+    let list: Value =
+        serde_json::from_str(&kubectl_ok(&sim, &["get", "widgets", "-o", "json"]).await).unwrap();
+    assert_eq!(list["items"][0]["spec"]["size"], 3);
+    assert_eq!(list["items"][0]["metadata"]["generation"], 1);
+
+    kubectl_ok(
+        &sim,
+        &[
+            "patch",
+            "wd",
+            "w1",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"colors":["green"]}}"#,
+        ],
+    )
+    .await;
+    let got: Value =
+        serde_json::from_str(&kubectl_ok(&sim, &["get", "widget", "w1", "-o", "json"]).await)
+            .unwrap();
+    assert_eq!(
+        got["spec"]["colors"],
+        serde_json::json!(["green"]),
+        "merge patch replaces lists whole"
+    );
+    assert_eq!(got["spec"]["size"], 3);
+    assert_eq!(got["metadata"]["generation"], 2);
+
+    let strategic = kubectl_at(
+        sim.kubeconfig_path(),
+        &["patch", "widget", "w1", "-p", r#"{"spec":{"size":4}}"#],
+    )
+    .await;
+    assert!(!strategic.status.success());
+    let stderr = String::from_utf8_lossy(&strategic.stderr);
+    assert!(
+        stderr.contains("application/strategic-merge-patch+json is not supported"),
+        "{stderr}"
+    );
+
+    let out = kubectl_ok(&sim, &["delete", "widget", "w1"]).await;
+    assert!(out.contains("widget.example.com \"w1\" deleted"), "{out}");
+    let out = kubectl_ok(&sim, &["get", "widgets", "-o", "json"]).await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&out).unwrap()["items"],
+        serde_json::json!([])
+    );
+}
