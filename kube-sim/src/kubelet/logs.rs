@@ -1,0 +1,87 @@
+//! Container logs: one line per container start, served through `GET …/pods/<name>/log`.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+use crate::meta;
+use crate::store::{self, PodLogs};
+
+/// Log lines by pod `uid` and container name.
+#[derive(Default)]
+pub struct Logs {
+    lines: Mutex<HashMap<String, HashMap<String, Vec<String>>>>,
+}
+
+impl Logs {
+    /// Appends a line for a container start.
+    pub fn started(&self, pod_uid: &str, container: &str, image: &str, at: &str) {
+        let line = format!("{at} kube-sim: started container {container} image {image}");
+        self.lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(pod_uid.to_string())
+            .or_default()
+            .entry(container.to_string())
+            .or_default()
+            .push(line);
+    }
+
+    /// Forgets a pod.
+    pub fn remove(&self, pod_uid: &str) {
+        self.lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pod_uid);
+    }
+}
+
+impl PodLogs for Logs {
+    fn logs(&self, pod: &Value, container: Option<&str>) -> store::Result<String> {
+        let name = meta::name_of(pod);
+        let names: Vec<&str> = pod
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .map(|cs| cs.iter().filter_map(|c| c["name"].as_str()).collect())
+            .unwrap_or_default();
+        let container = match container {
+            Some(c) => c,
+            None if names.len() == 1 => names[0],
+            None => {
+                return Err(store::Error::BadRequest(format!(
+                    "a container name must be specified for pod {name}, choose one of: [{}]",
+                    names.join(" ")
+                )));
+            }
+        };
+        if !names.contains(&container) {
+            return Err(store::Error::BadRequest(format!(
+                "container {container} is not valid for pod {name}"
+            )));
+        }
+        let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("");
+        let lines = self
+            .lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .and_then(|m| m.get(container))
+            .cloned();
+        match lines {
+            Some(lines) => Ok(lines.iter().map(|l| format!("{l}\n")).collect()),
+            None => {
+                let reason = pod
+                    .pointer("/status/containerStatuses")
+                    .and_then(Value::as_array)
+                    .and_then(|cs| cs.iter().find(|c| c["name"] == container))
+                    .and_then(|c| c.pointer("/state/waiting/reason"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("ContainerCreating");
+                Err(store::Error::BadRequest(format!(
+                    "container \"{container}\" in pod \"{name}\" is waiting to start: {reason}"
+                )))
+            }
+        }
+    }
+}

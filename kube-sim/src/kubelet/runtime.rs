@@ -1,0 +1,187 @@
+//! The container runtime behind the kubelet: what it means to pull an image and to run a container.
+//!
+//! [`VirtualRuntime`] resolves images against real registries but runs nothing: a container "runs" until it
+//! is stopped, or exits with code 1 after a delay when its image config carries the label
+//! `dev-env.sim/crash=true` or the container sets `SIM_CRASH=1`. Another runtime (real containers) can
+//! implement [`ContainerRuntime`] and plug into the same kubelet.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::reference::Reference;
+use super::registry::{self, Registries};
+
+/// The image label that makes a virtual container crash.
+pub const CRASH_LABEL: &str = "dev-env.sim/crash";
+/// The container environment variable that makes a virtual container crash.
+pub const CRASH_ENV: &str = "SIM_CRASH";
+
+/// A pulled image.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PulledImage {
+    /// `containerStatuses[].image`: the normalised name with its tag (or digest).
+    pub image: String,
+    /// `containerStatuses[].imageID`: the repo digest recorded at pull time.
+    pub image_id: String,
+    /// The labels of the image config.
+    pub labels: BTreeMap<String, String>,
+}
+
+/// A pull failure, worded as containerd reports it through the CRI.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct PullError {
+    /// The message shown in `waiting.message` with `ErrImagePull`.
+    pub message: String,
+}
+
+/// How a container ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Exit {
+    /// The exit code.
+    pub code: i32,
+    /// `Error`, `Completed` or `OOMKilled`.
+    pub reason: String,
+}
+
+/// A container runtime. Futures are `Send` so a kubelet can run pods on any task.
+pub trait ContainerRuntime: Send + Sync + 'static {
+    /// Resolves (and, for a real runtime, fetches) an image.
+    fn pull(
+        &self,
+        image: &Reference,
+    ) -> impl Future<Output = Result<PulledImage, PullError>> + Send;
+
+    /// An image pulled before, for `imagePullPolicy: IfNotPresent` and `Never`.
+    fn cached(&self, image: &Reference) -> Option<PulledImage>;
+
+    /// Starts a container of a pod from a pulled image; returns its ID (`containerd://<hex>`).
+    fn start(
+        &self,
+        pod: &Value,
+        container: &Value,
+        image: &PulledImage,
+    ) -> impl Future<Output = Result<String, String>> + Send;
+
+    /// Waits for a started container to exit; never resolves for one that keeps running.
+    fn wait(&self, container_id: &str) -> impl Future<Output = Exit> + Send;
+
+    /// Stops a container.
+    fn stop(&self, container_id: &str) -> impl Future<Output = ()> + Send;
+}
+
+/// A runtime that resolves images in real registries and runs nothing.
+pub struct VirtualRuntime {
+    registries: Registries,
+    pull_timeout: Duration,
+    crash_after: Duration,
+    images: Mutex<HashMap<String, PulledImage>>,
+    crashing: Mutex<HashMap<String, bool>>,
+}
+
+impl VirtualRuntime {
+    /// A runtime using these mirrors; crashing containers exit `crash_after` their start.
+    pub fn new(
+        registries: Registries,
+        pull_timeout: Duration,
+        crash_after: Duration,
+    ) -> VirtualRuntime {
+        VirtualRuntime {
+            registries,
+            pull_timeout,
+            crash_after,
+            images: Mutex::new(HashMap::new()),
+            crashing: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl ContainerRuntime for VirtualRuntime {
+    async fn pull(&self, image: &Reference) -> Result<PulledImage, PullError> {
+        let shown = image.familiar_with_tag();
+        match self.registries.resolve(image, self.pull_timeout).await {
+            Ok(resolved) => {
+                let pulled = PulledImage {
+                    image: shown.clone(),
+                    image_id: image.image_id(&resolved.digest),
+                    labels: resolved.labels,
+                };
+                self.images
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(shown, pulled.clone());
+                Ok(pulled)
+            }
+            Err(e) => {
+                let code = match e {
+                    registry::Error::NotFound { .. } => "NotFound",
+                    _ => "Unknown",
+                };
+                Err(PullError {
+                    message: format!(
+                        "rpc error: code = {code} desc = failed to pull and unpack image \"{shown}\": \
+                         failed to resolve reference \"{shown}\": {e}"
+                    ),
+                })
+            }
+        }
+    }
+
+    fn cached(&self, image: &Reference) -> Option<PulledImage> {
+        self.images
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&image.familiar_with_tag())
+            .cloned()
+    }
+
+    async fn start(
+        &self,
+        _pod: &Value,
+        container: &Value,
+        image: &PulledImage,
+    ) -> Result<String, String> {
+        let id = crate::meta::random_hex(32);
+        let crash = image.labels.get(CRASH_LABEL).is_some_and(|v| v == "true")
+            || container["env"].as_array().is_some_and(|env| {
+                env.iter()
+                    .any(|e| e["name"] == CRASH_ENV && e["value"] == "1")
+            });
+        self.crashing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.clone(), crash);
+        Ok(format!("containerd://{id}"))
+    }
+
+    async fn wait(&self, container_id: &str) -> Exit {
+        let id = container_id.trim_start_matches("containerd://");
+        let crash = self
+            .crashing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .copied()
+            .unwrap_or(false);
+        if !crash {
+            return std::future::pending().await;
+        }
+        tokio::time::sleep(self.crash_after).await;
+        Exit {
+            code: 1,
+            reason: "Error".into(),
+        }
+    }
+
+    async fn stop(&self, container_id: &str) {
+        let id = container_id.trim_start_matches("containerd://");
+        self.crashing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+    }
+}

@@ -1,0 +1,386 @@
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::runtime::{Exit, PullError, PulledImage};
+use super::*;
+use crate::store::{Deleted, ListOptions, StoreConfig};
+
+const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+const DEADLINE: Duration = Duration::from_secs(10);
+
+/// Images named `missing…` fail to pull; `crash…` images carry the crash label; others resolve to DIGEST.
+struct FakeRuntime;
+
+impl ContainerRuntime for FakeRuntime {
+    async fn pull(&self, image: &Reference) -> Result<PulledImage, PullError> {
+        if image.path.contains("missing") {
+            return Err(PullError {
+                message: format!("{}: not found", image.familiar_with_tag()),
+            });
+        }
+        let mut labels = BTreeMap::new();
+        if image.path.contains("crash") {
+            labels.insert(runtime::CRASH_LABEL.to_string(), "true".to_string());
+        }
+        Ok(PulledImage {
+            image: image.familiar_with_tag(),
+            image_id: image.image_id(DIGEST),
+            labels,
+        })
+    }
+
+    fn cached(&self, _image: &Reference) -> Option<PulledImage> {
+        None
+    }
+
+    async fn start(
+        &self,
+        _pod: &Value,
+        _container: &Value,
+        image: &PulledImage,
+    ) -> Result<String, String> {
+        let crash = if image.labels.contains_key(runtime::CRASH_LABEL) {
+            "c"
+        } else {
+            "0"
+        };
+        Ok(format!("containerd://{crash}{}", meta::random_hex(8)))
+    }
+
+    async fn wait(&self, container_id: &str) -> Exit {
+        if container_id.starts_with("containerd://c") {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return Exit {
+                code: 1,
+                reason: "Error".into(),
+            };
+        }
+        std::future::pending().await
+    }
+
+    async fn stop(&self, _container_id: &str) {}
+}
+
+struct Harness {
+    store: Store,
+    shutdown: watch::Sender<bool>,
+}
+
+impl Harness {
+    fn start() -> Harness {
+        let store = Store::new(StoreConfig { history: 10_000 });
+        let (shutdown, rx) = watch::channel(false);
+        let mut config = Config::fast("node-1");
+        config.backoff_base = Duration::from_millis(100);
+        tokio::spawn(run_with(store.clone(), config, FakeRuntime, rx));
+        Harness { store, shutdown }
+    }
+
+    fn create_pod(&self, name: &str, spec: Value) {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec});
+        self.store
+            .create(
+                &GroupResource::pods(),
+                Some("default"),
+                pod,
+                &WriteOptions::manager("test"),
+            )
+            .unwrap();
+    }
+
+    /// Every version of the pod until `done` holds for one (watch-driven, bounded by DEADLINE).
+    async fn history_until(&self, name: &str, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let opts = ListOptions {
+            field_selector: Some(format!("metadata.name={name}")),
+            ..ListOptions::default()
+        };
+        let mut w = self
+            .store
+            .watch(&GroupResource::pods(), Some("default"), Some(0), &opts)
+            .unwrap();
+        let mut seen = Vec::new();
+        let result = tokio::time::timeout(DEADLINE, async {
+            while let Some(e) = w.next().await {
+                if let WatchEvent::Added(p) | WatchEvent::Modified(p) = e {
+                    let finished = done(&p);
+                    seen.push(p);
+                    if finished {
+                        return;
+                    }
+                }
+            }
+        })
+        .await;
+        assert!(
+            result.is_ok(),
+            "pod {name} did not reach the expected state; last: {:#}",
+            seen.last().cloned().unwrap_or_default()
+        );
+        seen
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.shutdown.send(true);
+    }
+}
+
+fn container(pod: &Value) -> &Value {
+    &pod["status"]["containerStatuses"][0]
+}
+
+fn waiting_reason(pod: &Value) -> Option<&str> {
+    container(pod).pointer("/state/waiting/reason")?.as_str()
+}
+
+fn condition<'a>(pod: &'a Value, kind: &str) -> &'a Value {
+    pod["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+        .unwrap_or(&Value::Null)
+}
+
+fn bound(image: &str) -> Value {
+    json!({"nodeName": "node-1", "containers": [{"name": "a", "image": image}]})
+}
+
+#[tokio::test]
+async fn a_pod_goes_from_container_creating_to_ready_with_a_normalised_image_id() {
+    let h = Harness::start();
+    h.create_pod("web", bound("nginx:1.25"));
+    let seen = h
+        .history_until("web", |p| condition(p, "Ready")["status"] == "True")
+        .await;
+    let creating = seen
+        .iter()
+        .find(|p| waiting_reason(p) == Some("ContainerCreating"))
+        .expect("a ContainerCreating stage was visible");
+    assert_eq!(container(creating)["imageID"], "");
+    assert_eq!(container(creating)["image"], "nginx:1.25");
+    assert!(container(creating).get("containerID").is_none());
+    assert_eq!(creating["status"]["phase"], "Pending");
+    assert_eq!(condition(creating, "Ready")["reason"], "ContainersNotReady");
+    assert_eq!(
+        condition(creating, "ContainersReady")["message"],
+        "containers with unready status: [a]"
+    );
+    assert_eq!(condition(creating, "PodScheduled")["status"], "True");
+
+    let ready = seen.last().unwrap();
+    let c = container(ready);
+    assert_eq!(c["imageID"], format!("docker.io/library/nginx@{DIGEST}"));
+    assert_eq!(c["image"], "docker.io/library/nginx:1.25");
+    assert!(
+        c["containerID"]
+            .as_str()
+            .unwrap()
+            .starts_with("containerd://")
+    );
+    assert_eq!(c["ready"], true);
+    assert_eq!(c["started"], true);
+    assert_eq!(c["restartCount"], 0);
+    assert!(c.pointer("/state/running/startedAt").is_some());
+    assert_eq!(ready["status"]["phase"], "Running");
+    assert_eq!(ready["status"]["hostIP"], "172.18.0.2");
+    assert!(
+        ready["status"]["podIP"]
+            .as_str()
+            .unwrap()
+            .starts_with("10.42.0.")
+    );
+    assert_eq!(condition(ready, "ContainersReady")["status"], "True");
+    let logs = h.store.pod_logs("default", "web", None).unwrap();
+    assert!(
+        logs.ends_with("kube-sim: started container a image docker.io/library/nginx:1.25\n"),
+        "{logs}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_image_shows_err_image_pull_then_image_pull_back_off() {
+    let h = Harness::start();
+    h.create_pod("nope", bound("localhost:5000/missing:1"));
+    let seen = h
+        .history_until("nope", |p| waiting_reason(p) == Some("ImagePullBackOff"))
+        .await;
+    let err = seen
+        .iter()
+        .find(|p| waiting_reason(p) == Some("ErrImagePull"))
+        .expect("ErrImagePull comes first");
+    assert!(
+        container(err)["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not found")
+    );
+    let last = seen.last().unwrap();
+    assert_eq!(
+        container(last)["state"]["waiting"]["message"],
+        "Back-off pulling image \"localhost:5000/missing:1\""
+    );
+    assert_eq!(container(last)["imageID"], "");
+    assert_eq!(last["status"]["phase"], "Pending");
+}
+
+#[tokio::test]
+async fn a_crashing_container_loops_with_its_image_id_set() {
+    let h = Harness::start();
+    h.create_pod("crashy", bound("crash:1"));
+    let seen = h
+        .history_until("crashy", |p| {
+            waiting_reason(p) == Some("CrashLoopBackOff")
+                && container(p)["restartCount"].as_i64() >= Some(2)
+        })
+        .await;
+    let last = seen.last().unwrap();
+    let c = container(last);
+    assert_eq!(c["imageID"], format!("docker.io/library/crash@{DIGEST}"));
+    assert_eq!(c["ready"], false);
+    assert_eq!(c["lastState"]["terminated"]["exitCode"], 1);
+    assert_eq!(c["lastState"]["terminated"]["reason"], "Error");
+    assert!(
+        c["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("back-off ")
+    );
+    assert_eq!(last["status"]["phase"], "Running");
+    assert_eq!(condition(last, "Ready")["status"], "False");
+}
+
+#[tokio::test]
+async fn the_crash_env_var_crashes_the_virtual_container() {
+    let mut spec = bound("busybox:1");
+    spec["containers"][0]["env"] = json!([{"name": "SIM_CRASH", "value": "1"}]);
+    let rt = VirtualRuntime::new(
+        Registries::default(),
+        Duration::from_secs(1),
+        Duration::from_millis(10),
+    );
+    let image = PulledImage {
+        image: "docker.io/library/busybox:1".into(),
+        image_id: format!("docker.io/library/busybox@{DIGEST}"),
+        labels: BTreeMap::new(),
+    };
+    let id = rt
+        .start(&json!({}), &spec["containers"][0], &image)
+        .await
+        .unwrap();
+    let exit = tokio::time::timeout(DEADLINE, rt.wait(&id)).await.unwrap();
+    assert_eq!(exit.code, 1);
+}
+
+#[tokio::test]
+async fn missing_config_references_block_the_container_until_they_exist() {
+    let h = Harness::start();
+    let mut spec = bound("nginx:1");
+    spec["containers"][0]["envFrom"] = json!([{"configMapRef": {"name": "settings"}}]);
+    h.create_pod("cfg", spec);
+    let seen = h
+        .history_until("cfg", |p| {
+            waiting_reason(p) == Some("CreateContainerConfigError")
+        })
+        .await;
+    assert_eq!(
+        container(seen.last().unwrap())["state"]["waiting"]["message"],
+        "configmap \"settings\" not found"
+    );
+    h.store
+        .create(
+            &GroupResource::new("", "configmaps"),
+            Some("default"),
+            json!({"metadata": {"name": "settings"}, "data": {"a": "b"}}),
+            &WriteOptions::manager("test"),
+        )
+        .unwrap();
+    h.history_until("cfg", |p| condition(p, "Ready")["status"] == "True")
+        .await;
+}
+
+#[tokio::test]
+async fn an_invalid_image_name_is_reported() {
+    let h = Harness::start();
+    h.create_pod("bad", bound("Not/Valid:"));
+    let seen = h
+        .history_until("bad", |p| waiting_reason(p) == Some("InvalidImageName"))
+        .await;
+    assert!(
+        container(seen.last().unwrap())["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Failed to apply default image tag \"Not/Valid:\"")
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_pod_terminates_ready_with_its_image_id_then_disappears() {
+    let h = Harness::start();
+    h.create_pod("old", bound("nginx:1"));
+    h.history_until("old", |p| condition(p, "Ready")["status"] == "True")
+        .await;
+    let deleted = h
+        .store
+        .delete(
+            &GroupResource::pods(),
+            Some("default"),
+            "old",
+            &DeleteOptions::default(),
+        )
+        .unwrap();
+    let Deleted::Pending(terminating) = deleted else {
+        panic!("a pod on a node is deleted gracefully")
+    };
+    assert!(terminating["metadata"]["deletionTimestamp"].is_string());
+    assert_eq!(condition(&terminating, "Ready")["status"], "True");
+    assert_eq!(
+        container(&terminating)["imageID"],
+        format!("docker.io/library/nginx@{DIGEST}")
+    );
+    let gone = tokio::time::timeout(DEADLINE, async {
+        loop {
+            if h.store
+                .get(&GroupResource::pods(), Some("default"), "old")
+                .is_err()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "the kubelet removes the terminated pod");
+}
+
+#[tokio::test]
+async fn unbound_pods_are_bound_to_the_node() {
+    let h = Harness::start();
+    h.create_pod(
+        "loose",
+        json!({"containers": [{"name": "a", "image": "nginx:1"}]}),
+    );
+    let seen = h
+        .history_until("loose", |p| condition(p, "Ready")["status"] == "True")
+        .await;
+    assert_eq!(seen.last().unwrap()["spec"]["nodeName"], "node-1");
+    let node = h
+        .store
+        .get(&GroupResource::nodes(), None, "node-1")
+        .unwrap();
+    assert_eq!(condition(&node, "Ready")["status"], "True");
+}
+
+#[test]
+fn back_off_doubles_up_to_the_cap() {
+    let mut c = Config::fast("n");
+    c.backoff_base = Duration::from_millis(100);
+    c.backoff_max = Duration::from_millis(500);
+    let steps: Vec<u128> = (1..6).map(|n| c.backoff(n).as_millis()).collect();
+    assert_eq!(steps, [100, 200, 400, 500, 500]);
+    assert_eq!(humanize(Duration::from_secs(80)), "1m20s");
+    assert_eq!(humanize(Duration::from_millis(200)), "200ms");
+}
