@@ -2,17 +2,297 @@
 //!
 //! The crate is an API server over an in-memory [`store::Store`]. Controllers and a kubelet stand-in run in
 //! the same process on top of the store's Rust API (see the [`store`] module docs).
+//!
+//! [`Sim::start`] runs everything in-process on an ephemeral port and hands out a [`kube::Client`] and a
+//! kubeconfig path; the `kube-sim` binary runs the same thing as a process (`serve`) or as a stand-in for the
+//! k3s node image (`server`).
 
 pub mod controller;
 pub mod defaults;
+pub mod discovery;
 pub mod fieldmanager;
+pub mod kubeconfig;
 pub mod kubelet;
+pub mod machinery;
 pub mod meta;
 pub mod patch;
 pub mod resource;
 pub mod schema;
 pub mod selector;
+pub mod server;
 pub mod store;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 pub use resource::{GroupResource, ResourceInfo};
 pub use store::Store;
+
+/// The simulator could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Binding the listen address failed.
+    #[error("listening on {addr}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Certificates could not be made.
+    #[error(transparent)]
+    Tls(#[from] tls::Error),
+    /// The kubeconfig could not be written.
+    #[error(transparent)]
+    Kubeconfig(#[from] kubeconfig::Error),
+    /// A temporary directory for the kubeconfig could not be made.
+    #[error("creating a temporary directory for the kubeconfig")]
+    TempDir(#[source] std::io::Error),
+    /// A client could not be built from the kubeconfig.
+    #[error("building a client from {path}")]
+    Client {
+        /// The kubeconfig.
+        path: String,
+        /// The cause.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+/// How to run the simulator. There is no `Default`: pick [`Config::ephemeral`] or fill every field.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Serve HTTPS (a fresh CA and certificate); `false` serves plain HTTP.
+    pub tls: bool,
+    /// Extra subject alternative names for the serving certificate.
+    pub tls_sans: Vec<String>,
+    /// Where to write the kubeconfig; `None` writes into a temporary directory removed at shutdown.
+    pub kubeconfig_out: Option<PathBuf>,
+    /// The server URL written into the kubeconfig; `None` uses the listen address (`127.0.0.1` for `0.0.0.0`).
+    pub kubeconfig_server: Option<String>,
+    /// The bearer token; `None` generates one.
+    pub token: Option<String>,
+    /// The lag between a CRD's `NamesAccepted` and `Established` conditions.
+    pub crd_establish_delay: Duration,
+    /// How many events the watch history keeps.
+    pub watch_history: usize,
+    /// How often watches that allow bookmarks receive one.
+    pub bookmark_interval: Duration,
+    /// A k3s-style `registries.yaml`, passed on to the kubelet stand-in.
+    pub registries: Option<PathBuf>,
+}
+
+impl Config {
+    /// HTTPS on an ephemeral `127.0.0.1` port with short delays, for tests.
+    pub fn ephemeral() -> Config {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            tls: true,
+            tls_sans: Vec::new(),
+            kubeconfig_out: None,
+            kubeconfig_server: None,
+            token: None,
+            crd_establish_delay: Duration::from_millis(200),
+            watch_history: 10_000,
+            bookmark_interval: Duration::from_secs(1),
+            registries: None,
+        }
+    }
+}
+
+/// A running simulator.
+pub struct Sim {
+    store: Store,
+    addr: SocketAddr,
+    url: String,
+    kubeconfig_path: PathBuf,
+    token: String,
+    ca_pem: Option<String>,
+    config: Config,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    _tempdir: Option<tempfile::TempDir>,
+}
+
+impl Sim {
+    /// Starts the store, the API machinery and the server, and writes the kubeconfig.
+    pub async fn start(config: Config) -> Result<Sim, Error> {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let host = if addr.ip().is_unspecified() {
+            "127.0.0.1".to_string()
+        } else {
+            addr.ip().to_string()
+        };
+        let host = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host
+        };
+        let scheme = if config.tls { "https" } else { "http" };
+        let url = format!("{scheme}://{host}:{}", addr.port());
+        let token = config.token.clone().unwrap_or_else(|| meta::random_hex(24));
+
+        let (tls_acceptor, ca_pem) = if config.tls {
+            let mut sans = config.tls_sans.clone();
+            if !addr.ip().is_unspecified() {
+                sans.push(addr.ip().to_string());
+            }
+            let certs = tls::generate(&sans)?;
+            let server_config = tls::server_config(&certs)?;
+            (
+                Some(tokio_rustls::TlsAcceptor::from(server_config)),
+                Some(certs.ca_pem),
+            )
+        } else {
+            (None, None)
+        };
+
+        let (tempdir, kubeconfig_path) = match &config.kubeconfig_out {
+            Some(p) => (None, p.clone()),
+            None => {
+                let dir = tempfile::Builder::new()
+                    .prefix("kube-sim-")
+                    .tempdir()
+                    .map_err(Error::TempDir)?;
+                let path = dir.path().join("kubeconfig.yaml");
+                (Some(dir), path)
+            }
+        };
+        let server_url = config
+            .kubeconfig_server
+            .clone()
+            .unwrap_or_else(|| url.clone());
+        kubeconfig::write_private(
+            &kubeconfig_path,
+            &kubeconfig::render(&server_url, ca_pem.as_deref(), &token),
+        )?;
+
+        let store = Store::new(store::StoreConfig {
+            history: config.watch_history,
+        });
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let state = Arc::new(server::ServerState {
+            store: store.clone(),
+            token: token.clone(),
+            advertise: format!("{host}:{}", addr.port()),
+            bookmark_interval: config.bookmark_interval,
+            shutdown: shutdown_rx.clone(),
+        });
+        let tasks = vec![
+            tokio::spawn(machinery::run_crd_controller(
+                store.clone(),
+                config.crd_establish_delay,
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(machinery::run_namespace_controller(
+                store.clone(),
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(server::serve(listener, tls_acceptor, state)),
+        ];
+        tracing::info!(%url, kubeconfig = %kubeconfig_path.display(), "kube-sim is serving");
+        Ok(Sim {
+            store,
+            addr,
+            url,
+            kubeconfig_path,
+            token,
+            ca_pem,
+            config,
+            shutdown,
+            tasks,
+            _tempdir: tempdir,
+        })
+    }
+
+    /// The store, for in-process controllers and for tests.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The server URL, for example `https://127.0.0.1:41234`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The kubeconfig written at start.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig_path
+    }
+
+    /// The bearer token.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// The CA certificate (PEM) when serving HTTPS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
+    /// The configuration the simulator started with (controllers read `registries` from it).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// A receiver that turns `true` at shutdown, for background tasks started next to the simulator.
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// Runs a background task that is awaited at shutdown; it should end when [`Sim::shutdown_signal`] flips.
+    pub fn spawn(&mut self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        self.tasks.push(tokio::spawn(task));
+    }
+
+    /// A `kube::Client` built from the emitted kubeconfig, exactly as an outside client would.
+    pub async fn client(&self) -> Result<kube::Client, Error> {
+        let path = self.kubeconfig_path.display().to_string();
+        let wrap = |e: Box<dyn std::error::Error + Send + Sync>| Error::Client {
+            path: path.clone(),
+            source: e,
+        };
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig_path)
+            .map_err(|e| wrap(Box::new(e)))?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| wrap(Box::new(e)))?;
+        kube::Client::try_from(config).map_err(|e| wrap(Box::new(e)))
+    }
+
+    /// Stops the server and background tasks and waits for them (at most five seconds).
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let wait = futures::future::join_all(self.tasks);
+        if tokio::time::timeout(Duration::from_secs(5), wait)
+            .await
+            .is_err()
+        {
+            tracing::warn!("background tasks did not stop within five seconds");
+        }
+    }
+}
