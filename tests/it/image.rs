@@ -274,3 +274,22 @@ async fn verification_rejects_a_digest_the_registry_does_not_serve() {
         "{err}"
     );
 }
+
+/// kube talks TLS through rustls with the ring provider; the registry
+/// client speaks plain HTTP and brings no second provider, so both work in
+/// one process (two providers make rustls refuse to pick one, and panic).
+#[tokio::test]
+async fn a_kube_client_and_a_registry_client_work_in_one_process() {
+    let registry = DistributionRegistry::start();
+    let kube_config = kube::Config::new(
+        format!("https://127.0.0.1:{}", free_port())
+            .parse()
+            .unwrap(),
+    );
+    let kube_client = kube::Client::try_from(kube_config).expect("a kube client builds");
+    let registry_client = distribution::Client::new(&registry.host());
+    registry_client.ping().await.unwrap();
+    // A TLS request to nowhere fails as a connection error, not a panic.
+    assert!(kube_client.apiserver_version().await.is_err());
+    registry_client.ping().await.unwrap();
+}
