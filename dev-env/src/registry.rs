@@ -110,14 +110,15 @@ pub enum Error {
     #[error("cannot build the local registry image from {}: {cause}", binary.display())]
     LocalImage { binary: PathBuf, cause: String },
     #[error(
-        "the registry at {host} did not answer `GET /v2/` with 200 within {}s; last error: {last}. Look at `docker logs {container}`",
+        "the registry at {host} did not answer `GET /v2/` with 200 within {}s; last error: {last}; {hint}",
         timeout.as_secs()
     )]
     NotReady {
         host: String,
-        container: String,
         timeout: Duration,
         last: String,
+        /// Where to look next.
+        hint: String,
     },
     #[error(
         "no registry port is known yet for environment `{name}`; run `cargo xtask dev up` first, or set `registry.hostPort` or `registry.external`"
@@ -271,6 +272,15 @@ pub async fn remove(docker: &Docker, config: &Config) -> Result<bool, Error> {
 
 /// Polls `GET /v2/` until it answers 200 or [`READY_TIMEOUT`] passes.
 pub async fn wait_ready(endpoint: &Endpoint, container: &str) -> Result<(), Error> {
+    wait_ready_within(endpoint, container, READY_TIMEOUT).await
+}
+
+/// Polls `GET /v2/` until it answers 200 or `timeout` passes.
+pub async fn wait_ready_within(
+    endpoint: &Endpoint,
+    container: &str,
+    timeout: Duration,
+) -> Result<(), Error> {
     let client = endpoint.client();
     let started = Instant::now();
     loop {
@@ -278,12 +288,18 @@ pub async fn wait_ready(endpoint: &Endpoint, container: &str) -> Result<(), Erro
             Ok(()) => return Ok(()),
             Err(e) => e.to_string(),
         };
-        if started.elapsed() >= READY_TIMEOUT {
+        if started.elapsed() >= timeout {
+            let hint = match endpoint.action {
+                Action::External => String::from(
+                    "check that `registry.external` names a running registry that serves plain HTTP",
+                ),
+                _ => format!("look at `docker logs {container}`"),
+            };
             return Err(Error::NotReady {
                 host: endpoint.host.clone(),
-                container: container.to_string(),
-                timeout: READY_TIMEOUT,
+                timeout,
                 last,
+                hint,
             });
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

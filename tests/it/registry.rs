@@ -1,7 +1,7 @@
 //! The registry driver on the real Docker engine, with a registry image
 //! built locally from Debian's distribution binary (nothing is pulled).
 
-use std::{collections::HashMap, path::Path};
+use std::{collections::HashMap, path::Path, time::Duration};
 
 use dev_env::{
     config::Config,
@@ -224,4 +224,22 @@ async fn an_unpullable_registry_image_falls_back_to_one_built_from_the_binary() 
         .unwrap()
         .unwrap();
     assert_eq!(reused.id, built.id);
+}
+
+#[tokio::test]
+async fn readiness_gives_up_at_its_deadline_with_the_last_error() {
+    let endpoint = registry::Endpoint {
+        host: format!("127.0.0.1:{}", dev_env_tests::free_port()),
+        action: Action::External,
+    };
+    let err = registry::wait_ready_within(&endpoint, "unused", Duration::from_millis(300))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&endpoint.host), "{err}");
+    assert!(
+        err.contains("cannot reach the registry"),
+        "the last error: {err}"
+    );
+    assert!(err.contains("registry.external"), "the hint: {err}");
 }
