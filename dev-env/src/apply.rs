@@ -28,19 +28,20 @@ pub const FIELD_MANAGER: &str = "dev-env";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{at}: the cluster does not serve {gvk}: {source}; is the CRD among the manifests?")]
+    #[error(
+        "{at}: the cluster does not serve `{gvk}` ({}); check `apiVersion` and `kind`, or add its CRD to the manifests",
+        api_error(error)
+    )]
     UnknownKind {
         at: String,
         gvk: String,
-        #[source]
-        source: kube::Error,
+        error: kube::Error,
     },
-    #[error("{at}: applying {what} failed: {source}")]
+    #[error("{at}: applying {what} failed: {}", api_error(error))]
     Apply {
         at: String,
         what: String,
-        #[source]
-        source: kube::Error,
+        error: kube::Error,
     },
     #[error("CRD `{name}` was not Established within {}s; check `kubectl get crd {name} -o yaml`", timeout.as_secs())]
     NotEstablished { name: String, timeout: Duration },
@@ -50,6 +51,21 @@ pub enum Error {
         #[source]
         source: kube::runtime::wait::Error,
     },
+}
+
+/// A Kubernetes API error as one short line: the server's message and code.
+pub fn api_error(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) => {
+            let message = status.message.trim();
+            match (status.code, status.reason.as_str()) {
+                (0, _) => message.to_string(),
+                (code, "") => format!("{message} ({code})"),
+                (code, reason) => format!("{message} ({code} {reason})"),
+            }
+        }
+        other => other.to_string(),
+    }
 }
 
 /// What one apply did.
@@ -188,7 +204,7 @@ async fn apply_one(
                 .map_err(|source| Error::UnknownKind {
                     at: at.to_string(),
                     gvk: format!("{api_version} {kind}"),
-                    source,
+                    error: source,
                 })?;
             kinds.insert(gvk.clone(), found.clone());
             found
@@ -211,7 +227,7 @@ async fn apply_one(
     let err = |source| Error::Apply {
         at: at.to_string(),
         what: display.clone(),
-        source,
+        error: source,
     };
     let before = api
         .get_opt(name)

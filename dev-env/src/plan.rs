@@ -172,7 +172,10 @@ pub fn node_spec(config: &Config, registry_port: Option<u16>) -> NodeSpec {
         container: node,
         image: config.cluster.image.clone(),
         command,
-        privileged: true,
+        // k3s needs a privileged container (cgroups, mounts, iptables);
+        // kube-sim needs nothing of the kind, and engines that refuse
+        // privileged containers can still run it.
+        privileged: config.cluster.provider == Provider::K3s,
         tmpfs,
         volumes: BTreeMap::new(),
         env,
@@ -481,7 +484,7 @@ mod tests {
 
     #[test]
     fn node_spec_has_one_source_per_destination_and_the_k3s_contract() {
-        let spec = node_spec(&config("name: shop\ncluster: {provider: sim}\n"), None);
+        let spec = node_spec(&config("name: shop\n"), None);
         assert_eq!(spec.container, "shop-server-0");
         assert_eq!(
             &spec.command[..5],

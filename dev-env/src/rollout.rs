@@ -55,12 +55,8 @@ pub enum Error {
     },
     #[error("the cluster serves no `WorkerPool` kind; apply its CRD (`cargo xtask dev up`)")]
     NoWorkerPoolKind,
-    #[error("{what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error("{what}: {}", crate::apply::api_error(error))]
+    Api { what: String, error: kube::Error },
     #[error("{what} kept changing under the patch; try again")]
     Contended { what: String },
     #[error(transparent)]
@@ -162,7 +158,7 @@ async fn roll_deployment(
         .await
         .map_err(|source| Error::Api {
             what: what.clone(),
-            source,
+            error: source,
         })?
         .ok_or_else(|| Error::Missing {
             kind: String::from("Deployment"),
@@ -211,7 +207,10 @@ async fn roll_deployment(
     };
     api.patch(&r.name, &params, &Patch::Strategic(&patch))
         .await
-        .map_err(|source| Error::Api { what, source })?;
+        .map_err(|source| Error::Api {
+            what,
+            error: source,
+        })?;
     Ok(Rolled {
         patched: true,
         want,
@@ -237,7 +236,7 @@ pub async fn worker_pool_resource(client: &Client) -> Result<ApiResource, Error>
         .await
         .map_err(|source| Error::Api {
             what: String::from("API discovery"),
-            source,
+            error: source,
         })?;
     for group in discovery.groups() {
         for (resource, _) in group.recommended_resources() {
@@ -263,7 +262,7 @@ async fn roll_pool(
     let what = format!("WorkerPool {}/{}", r.namespace, r.name);
     let api_err = |source| Error::Api {
         what: what.clone(),
-        source,
+        error: source,
     };
     let mut attempts = 0;
     let (generation, uid, patched) = loop {
@@ -307,7 +306,12 @@ async fn roll_pool(
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 return Err(Error::Contended { what });
             }
-            Err(source) => return Err(Error::Api { what, source }),
+            Err(source) => {
+                return Err(Error::Api {
+                    what,
+                    error: source,
+                });
+            }
         }
     };
     let deployment = owned_deployment(client, &r.namespace, &r.name, &uid, timeout).await?;
@@ -391,7 +395,7 @@ async fn owned_deployment(
                 .await
                 .map_err(|source| Error::Api {
                     what: format!("Deployments in {namespace}"),
-                    source,
+                    error: source,
                 })?;
             Ok::<_, Error>(
                 match list.items.iter().find(|d| {

@@ -74,12 +74,8 @@ pub enum Error {
         timeout: Duration,
         last: String,
     },
-    #[error("reading {what}: {source}")]
-    Api {
-        what: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error("reading {what}: {}", crate::apply::api_error(error))]
+    Api { what: String, error: kube::Error },
 }
 
 /// What to wait for.
@@ -113,7 +109,7 @@ pub async fn deployment(client: &Client, want: &Want, timeout: Duration) -> Resu
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &want.namespace);
     let api_err = |source| Error::Api {
         what: what.clone(),
-        source,
+        error: source,
     };
     // The selector is immutable, so the pod and ReplicaSet watches can be
     // set up from one read.
