@@ -34,6 +34,7 @@ use crate::{
     config::{Config, REGISTRY_CONTAINER_PORT},
     docker::{self as engine, LABEL_NAME},
     image::{self, distribution},
+    plan,
     state::State,
 };
 
@@ -171,9 +172,11 @@ pub fn host(config: &Config, state: &State) -> Result<String, Error> {
 }
 
 /// Makes sure the registry of `config` runs and answers; records a picked
-/// port in the state in `config.state_dir()`.
+/// port in the state in `config.state_dir()`. A container it creates
+/// carries the drift gate's labels for [`plan::registry_spec`].
 pub async fn ensure(docker: &Docker, config: &Config) -> Result<Endpoint, Error> {
-    ensure_labelled(docker, config, HashMap::new()).await
+    let labels = plan::labels(&config.name, ROLE, &plan::registry_spec(config));
+    ensure_labelled(docker, config, labels).await
 }
 
 /// [`ensure`], with `labels` added to a container it creates (such as the

@@ -7,6 +7,7 @@ use dev_env::{
     config::Config,
     docker as engine,
     image::{self, distribution, oci},
+    plan,
     registry::{self, Action},
     state::State,
 };
@@ -157,6 +158,16 @@ async fn registry_container_is_created_on_loopback_reused_and_keeps_its_data() {
     assert!(matches!(recreated.action, Action::Created { .. }));
     assert_eq!(recreated.host, endpoint.host, "the kept port is reused");
     assert_ne!(container_id(&docker, &config.registry.name).await, first_id);
+    let labels = engine::inspect_container(&docker, &config.registry.name)
+        .await
+        .unwrap()
+        .and_then(|c| c.config?.labels)
+        .unwrap();
+    assert_eq!(
+        labels[plan::LABEL_SPEC_HASH],
+        plan::spec_hash(&plan::registry_spec(&config)),
+        "`ensure` labels the container for the drift gate"
+    );
     let served = distribution::Client::new(&recreated.host)
         .get_manifest(&repo, &digest)
         .await
