@@ -89,8 +89,9 @@ pub async fn build(docker: &Docker, build: &Build<'_>) -> Result<String, Error> 
                     if build.verbose {
                         eprint!("{line}");
                     }
-                    log.push_str(line);
-                    if !line.ends_with('\n') {
+                    // The tail shown on failure keeps only lines that say something.
+                    for text in line.lines().filter(|l| !matches!(l.trim(), "" | "--->")) {
+                        log.push_str(text);
                         log.push('\n');
                     }
                 }
