@@ -293,3 +293,27 @@ async fn a_kube_client_and_a_registry_client_work_in_one_process() {
     assert!(kube_client.apiserver_version().await.is_err());
     registry_client.ping().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_engine_pulls_and_runs_a_cargo_built_image_by_digest() {
+    require_docker();
+    let registry = DistributionRegistry::start();
+    let project = Project::new(&registry.host());
+    let pushed = push(&project, "hello").await.unwrap();
+    let pinned = format!("{}/{}@{}", registry.host(), pushed.image, pushed.digest);
+    let container = dev_env_tests::unique_name("it-hello");
+    let mut cleanup = DockerCleanup::default();
+    cleanup.containers.push(container.clone());
+    cleanup.images.push(pinned.clone());
+    let sh = xshell::Shell::new().unwrap();
+    xshell::cmd!(sh, "docker pull -q {pinned}")
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .unwrap();
+    let output = xshell::cmd!(sh, "docker run --rm --name {container} {pinned}")
+        .quiet()
+        .read()
+        .unwrap();
+    assert_eq!(output, "hello, one");
+}
