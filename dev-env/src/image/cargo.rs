@@ -7,7 +7,12 @@
 //! are remapped, so the binary, and with it the digest, does not depend on
 //! where the checkout lives.
 
-use std::path::{Path, PathBuf};
+use std::{
+    io::Read,
+    path::{Path, PathBuf},
+    process::{Command, ExitStatus, Stdio},
+    time::{Duration, Instant},
+};
 
 use xshell::{Shell, cmd};
 
@@ -17,6 +22,9 @@ use super::oci;
 pub const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// The target directory of image builds, relative to the workspace root.
 pub const TARGET_DIR: &str = "target/image-build";
+/// How long a release build may run: a cold build of a large crate graph
+/// on two cores takes minutes, never an hour.
+pub const BUILD_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -32,6 +40,22 @@ pub enum Error {
     Failed {
         package: String,
         bin: String,
+        tail: String,
+    },
+    #[error("cannot run `cargo build` in {}: {source}", dir.display())]
+    Run {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "`cargo build --release -p {package} --bin {bin}` did not finish within {} minutes and was stopped; last lines of its output:\n{tail}",
+        after.as_secs() / 60
+    )]
+    Deadline {
+        package: String,
+        bin: String,
+        after: Duration,
         tail: String,
     },
     #[error("cannot read the built binary {}: {source}", path.display())]
@@ -80,25 +104,74 @@ pub fn build_binary(build: &Build<'_>) -> Result<PathBuf, Error> {
     )
     .env("CARGO_TARGET_DIR", &target_dir)
     .env("CARGO_ENCODED_RUSTFLAGS", rustflags(build.root))
-    .env_remove("RUSTFLAGS")
-    .quiet();
-    if build.verbose {
-        cmd.run().map_err(|_| Error::Failed {
+    .env_remove("RUSTFLAGS");
+    let (status, stderr) =
+        run_with_deadline(cmd.into(), build.verbose, BUILD_TIMEOUT).map_err(|source| {
+            Error::Run {
+                dir: build.root.to_path_buf(),
+                source,
+            }
+        })?;
+    let Some(status) = status else {
+        return Err(Error::Deadline {
             package: package.to_string(),
             bin: bin.to_string(),
-            tail: String::from("(shown above)"),
-        })?;
-    } else {
-        let output = cmd.ignore_status().output().map_err(spawn)?;
-        if !output.status.success() {
-            return Err(Error::Failed {
-                package: package.to_string(),
-                bin: bin.to_string(),
-                tail: tail(&String::from_utf8_lossy(&output.stderr), 30),
-            });
-        }
+            after: BUILD_TIMEOUT,
+            tail: tail(&stderr, 30),
+        });
+    };
+    if !status.success() {
+        return Err(Error::Failed {
+            package: package.to_string(),
+            bin: bin.to_string(),
+            tail: if build.verbose {
+                String::from("(shown above)")
+            } else {
+                tail(&stderr, 30)
+            },
+        });
     }
     Ok(target_dir.join(TARGET).join("release").join(bin))
+}
+
+/// Runs `command` until it exits or `timeout` passes (then kills it).
+/// Its stderr is streamed when `verbose`, captured otherwise; the exit
+/// status is `None` when the deadline ended it.
+fn run_with_deadline(
+    mut command: Command,
+    verbose: bool,
+    timeout: Duration,
+) -> std::io::Result<(Option<ExitStatus>, String)> {
+    command.stdin(Stdio::null());
+    if !verbose {
+        command.stdout(Stdio::null()).stderr(Stdio::piped());
+    }
+    let mut child = command.spawn()?;
+    // Read stderr on the side, so a full pipe never stalls the build.
+    let reader = child.stderr.take().map(|mut stderr| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = stderr.read_to_end(&mut bytes);
+            bytes
+        })
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = reader
+        .and_then(|r| r.join().ok())
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    Ok((status, stderr))
 }
 
 /// The flags of an image build, `\x1f`-separated as `CARGO_ENCODED_RUSTFLAGS`
@@ -138,6 +211,26 @@ mod tests {
         let flags: Vec<&str> = flags.split('\x1f').collect();
         assert_eq!(flags[..2], ["-C", "target-feature=+crt-static"]);
         assert_eq!(flags[2], "--remap-path-prefix=/src/my repo=/build");
+    }
+
+    #[test]
+    fn a_command_past_its_deadline_is_stopped() {
+        let sh = Shell::new().unwrap();
+        let (status, _) = run_with_deadline(
+            cmd!(sh, "sleep 5").into(),
+            false,
+            Duration::from_millis(100),
+        )
+        .unwrap();
+        assert_eq!(status, None);
+        let (status, stderr) = run_with_deadline(
+            cmd!(sh, "sh -c 'echo oops >&2; exit 3'").into(),
+            false,
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert_eq!(status.and_then(|s| s.code()), Some(3));
+        assert_eq!(stderr, "oops\n");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! types, so the digest is read from its closing status line
 //! (`dev: digest: sha256:… size: N`) and verified against the registry.
 
-use std::{collections::HashMap, path::Path};
+use std::{collections::HashMap, path::Path, time::Duration};
 
 use bollard::{
     Docker,
@@ -19,6 +19,10 @@ use super::{cargo::tail, context};
 
 /// How many lines of the build log a failure shows.
 const LOG_TAIL: usize = 30;
+/// How long a Docker build may run.
+pub const BUILD_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+/// How long the engine may take to push an image.
+pub const PUSH_TIMEOUT: Duration = Duration::from_secs(10 * 60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -38,6 +42,15 @@ pub enum Error {
         "the Docker engine pushed `{reference}` but never reported a digest; its last status lines:\n{tail}"
     )]
     NoDigest { reference: String, tail: String },
+    #[error(
+        "the Docker {step} did not finish within {} minutes; last lines:\n{tail}",
+        after.as_secs() / 60
+    )]
+    Deadline {
+        step: &'static str,
+        after: Duration,
+        tail: String,
+    },
 }
 
 /// A Dockerfile build.
@@ -82,7 +95,16 @@ pub async fn build(docker: &Docker, build: &Build<'_>) -> Result<String, Error> 
     );
     let mut log = String::new();
     let mut image_id = None;
-    while let Some(item) = stream.next().await {
+    let deadline = tokio::time::Instant::now() + BUILD_TIMEOUT;
+    loop {
+        let Ok(next) = tokio::time::timeout_at(deadline, stream.next()).await else {
+            return Err(Error::Deadline {
+                step: "build",
+                after: BUILD_TIMEOUT,
+                tail: tail(&log, LOG_TAIL),
+            });
+        };
+        let Some(item) = next else { break };
         match item {
             Ok(info) => {
                 if let Some(line) = info.stream.as_deref().or(info.status.as_deref()) {
@@ -124,7 +146,16 @@ pub async fn push(docker: &Docker, repository: &str, tag: &str) -> Result<String
     let mut stream = docker.push_image(repository, Some(options), None);
     let mut statuses = String::new();
     let mut digest = None;
-    while let Some(item) = stream.next().await {
+    let deadline = tokio::time::Instant::now() + PUSH_TIMEOUT;
+    loop {
+        let Ok(next) = tokio::time::timeout_at(deadline, stream.next()).await else {
+            return Err(Error::Deadline {
+                step: "push",
+                after: PUSH_TIMEOUT,
+                tail: tail(&statuses, 10),
+            });
+        };
+        let Some(item) = next else { break };
         let info = item.map_err(|source| Error::Push {
             reference: reference.clone(),
             source,
