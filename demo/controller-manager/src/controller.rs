@@ -86,7 +86,23 @@ pub async fn reconcile(pool: Arc<WorkerPool>, context: Arc<Context>) -> Result<A
         }
     };
     let desired = deployment::desired(&pool)?;
+    let pools = Api::<WorkerPool>::namespaced(context.client.clone(), &namespace);
     let deployments = Api::<Deployment>::namespaced(context.client.clone(), &namespace);
+
+    // The cache can lag behind a deletion; applying then would recreate the
+    // Deployment of a WorkerPool that is gone (the garbage collector would
+    // remove it again). Ask the API server.
+    let current = pools
+        .get_opt(&name)
+        .await
+        .map_err(api_err("read the WorkerPool"))?;
+    let same = current.is_some_and(|c| {
+        c.metadata.uid == pool.metadata.uid && c.metadata.deletion_timestamp.is_none()
+    });
+    if !same {
+        debug!(workerpool = %format!("{namespace}/{name}"), "gone; nothing to do");
+        return Ok(Action::await_change());
+    }
 
     if let Some(existing) = deployments
         .get_opt(&name)
@@ -132,7 +148,6 @@ pub async fn reconcile(pool: Arc<WorkerPool>, context: Arc<Context>) -> Result<A
     let generation = pool.metadata.generation;
     let new_status = status::derive(generation, &live, pool.status.as_ref(), &status::now());
     if pool.status.as_ref() != Some(&new_status) {
-        let pools = Api::<WorkerPool>::namespaced(context.client.clone(), &namespace);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_string()),
             ..PatchParams::default()

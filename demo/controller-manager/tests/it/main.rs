@@ -2,3 +2,4 @@
 //! controller running in-process against kube-sim.
 
 mod manifests;
+mod sim;
