@@ -266,6 +266,15 @@ mod tests {
     }
 
     #[test]
+    fn everything_but_one_file() {
+        let it = ignore("*\n!controller-manager\n");
+        assert!(!it.is_excluded("controller-manager"));
+        assert!(it.is_excluded("Cargo.toml"));
+        assert!(it.is_excluded("src"));
+        assert!(it.is_excluded("src/main.rs"));
+    }
+
+    #[test]
     fn the_last_matching_pattern_wins() {
         let it = ignore("*.txt\n!important.txt\nimportant.txt\n");
         assert!(it.is_excluded("important.txt"));
