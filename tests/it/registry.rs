@@ -173,6 +173,60 @@ async fn registry_container_is_created_on_loopback_reused_and_keeps_its_data() {
         .await
         .unwrap();
     assert!(served.is_some(), "the volume kept the pushed image");
+
+    // A declared port that differs from the published one is not papered over.
+    let other_port = dev_env_tests::free_port();
+    let moved = self::config(
+        dir.path(),
+        &format!(
+            "name: {name}\nnetwork: {{name: {network}}}\nregistry: {{image: '{image_tag}', hostPort: {other_port}}}\ncluster: {{provider: sim}}\n"
+        ),
+    );
+    let err = registry::ensure(&docker, &moved)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&other_port.to_string()) && err.contains("--recreate"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_container_of_another_owner_is_left_alone() {
+    require_docker();
+    let docker = engine::connect().await.unwrap();
+    let name = unique_name("it-foreign");
+    let image_tag = format!("{name}/registry:local");
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(
+        dir.path(),
+        &format!("name: {name}\nregistry: {{image: '{image_tag}'}}\ncluster: {{provider: sim}}\n"),
+    );
+    let mut cleanup = DockerCleanup::default();
+    cleanup.containers.push(config.registry.name.clone());
+    cleanup.images.push(image_tag.clone());
+    registry::build_local_image(&docker, Path::new(DISTRIBUTION_BINARY), &image_tag)
+        .await
+        .unwrap();
+    let sh = xshell::Shell::new().unwrap();
+    let container = &config.registry.name;
+    xshell::cmd!(sh, "docker create --name {container} {image_tag}")
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .unwrap();
+    let err = registry::ensure(&docker, &config)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("does not belong to environment"), "{err}");
+    assert!(err.contains(container.as_str()), "{err}");
+    let untouched = engine::inspect_container(&docker, container)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!engine::is_running(&untouched), "it was not started");
 }
 
 #[tokio::test]
