@@ -9,10 +9,16 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::{
+    api::{
+        apps::v1::Deployment,
+        core::v1::{Event, EventSource},
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
 use kube::{
-    Api, Client, ResourceExt,
-    api::{Patch, PatchParams},
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams, PostParams},
     runtime::{Controller, controller::Action, watcher},
 };
 use serde_json::json;
@@ -137,10 +143,16 @@ pub async fn reconcile(pool: Arc<WorkerPool>, context: Arc<Context>) -> Result<A
                 field_manager: Some(FIELD_MANAGER.to_string()),
                 ..PatchParams::default()
             };
-            deployments
+            let reverted = deployments
                 .patch(&name, &params, &Patch::Merge(&revert))
                 .await
-                .map_err(api_err("revert the Deployment's pod template"))?
+                .map_err(api_err("revert the Deployment's pod template"))?;
+            let keys = revert_keys(&revert);
+            let message = format!(
+                "Removed {keys} from Deployment {name}'s pod template: it follows spec.template; restart the workers by annotating the WorkerPool's spec.template instead"
+            );
+            record(&context.client, &pool, "Warning", "DriftReverted", &message).await;
+            reverted
         }
         None => applied,
     };
@@ -165,6 +177,49 @@ pub async fn reconcile(pool: Arc<WorkerPool>, context: Arc<Context>) -> Result<A
     Ok(Action::requeue(RESYNC))
 }
 
+/// The label and annotation keys a revert patch removes, for a message.
+fn revert_keys(revert: &serde_json::Value) -> String {
+    let metadata = &revert["spec"]["template"]["metadata"];
+    let mut keys = Vec::new();
+    for (field, noun) in [("labels", "label"), ("annotations", "annotation")] {
+        if let Some(map) = metadata[field].as_object() {
+            keys.extend(map.keys().map(|key| format!("{noun} {key}")));
+        }
+    }
+    keys.join(", ")
+}
+
+/// Records a core/v1 Event about `pool`, so `kubectl describe` shows it.
+/// Events are best effort: failing to record one is only logged.
+async fn record(client: &Client, pool: &WorkerPool, type_: &str, reason: &str, message: &str) {
+    let namespace = pool.namespace().unwrap_or_default();
+    let now = status::now();
+    let event = Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}.", pool.name_any())),
+            namespace: Some(namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        involved_object: pool.object_ref(&()),
+        type_: Some(type_.to_string()),
+        reason: Some(reason.to_string()),
+        message: Some(message.to_string()),
+        source: Some(EventSource {
+            component: Some(FIELD_MANAGER.to_string()),
+            host: None,
+        }),
+        reporting_component: Some(FIELD_MANAGER.to_string()),
+        first_timestamp: Some(now.clone()),
+        last_timestamp: Some(now),
+        count: Some(1),
+        ..Event::default()
+    };
+    let events = Api::<Event>::namespaced(client.clone(), &namespace);
+    if let Err(e) = events.create(&PostParams::default(), &event).await {
+        debug!(error = %e, reason, "cannot record an event");
+    }
+}
+
 /// Logs the failure and tries again after [`RETRY`].
 pub fn error_policy(pool: Arc<WorkerPool>, error: &Error, _: Arc<Context>) -> Action {
     warn!(
@@ -173,4 +228,23 @@ pub fn error_policy(pool: Arc<WorkerPool>, error: &Error, _: Arc<Context>) -> Ac
         "reconcile failed"
     );
     Action::requeue(RETRY)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_revert_message_names_every_key() {
+        let revert = json!({"spec": {"template": {"metadata": {
+            "labels": {"extra": null},
+            "annotations": {"a/b": null, "c": null},
+        }}}});
+        assert_eq!(
+            revert_keys(&revert),
+            "label extra, annotation a/b, annotation c"
+        );
+    }
 }

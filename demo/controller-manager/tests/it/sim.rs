@@ -17,7 +17,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
-        core::v1::{Container, Namespace, Pod, PodSpec, PodTemplateSpec},
+        core::v1::{Container, Event, Namespace, Pod, PodSpec, PodTemplateSpec},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -470,6 +470,29 @@ async fn a_restart_annotation_patched_on_the_deployment_is_reverted() {
     assert_eq!(
         template_annotations(&reverted).get("example.com/note"),
         Some(&"kept".to_string())
+    );
+
+    // The WorkerPool's events say what happened and what to do instead.
+    let events = Api::<Event>::namespaced(cluster.client.clone(), NAMESPACE);
+    let mut stream = watcher(events, watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    let event = within("the DriftReverted event", async {
+        while let Some(event) = stream.try_next().await? {
+            if event.reason.as_deref() == Some("DriftReverted") {
+                return Ok(event);
+            }
+        }
+        Err(watcher::Error::NoResourceVersion)
+    })
+    .await;
+    assert_eq!(event.involved_object.kind.as_deref(), Some("WorkerPool"));
+    assert_eq!(event.involved_object.name.as_deref(), Some(POOL));
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.contains("annotation kubectl.kubernetes.io/restartedAt"),
+        "{message}"
     );
     cluster.shutdown().await;
 }
