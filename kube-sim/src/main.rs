@@ -107,6 +107,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             );
             let registries = PathBuf::from(K3S_REGISTRIES);
             config.registries = registries.exists().then_some(registries);
+            // k3s names its node after the host.
+            if let Some(host) = std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+            {
+                config.kubelet.node_name = host.clone();
+                config.controllers.node_name = Some(host);
+            }
             if !k3s.disabled.is_empty() {
                 tracing::info!(disabled = ?k3s.disabled, "k3s components are not simulated; --disable has nothing to turn off");
             }

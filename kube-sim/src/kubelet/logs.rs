@@ -8,13 +8,21 @@ use serde_json::Value;
 use crate::meta;
 use crate::store::{self, PodLogs};
 
-/// Log lines by pod `uid` and container name.
-#[derive(Default)]
+/// Log lines by pod `uid` and container name, for the pods of one node.
 pub struct Logs {
+    node_name: String,
     lines: Mutex<HashMap<String, HashMap<String, Vec<String>>>>,
 }
 
 impl Logs {
+    /// No logs yet for the pods of this node.
+    pub fn new(node_name: &str) -> Logs {
+        Logs {
+            node_name: node_name.to_string(),
+            lines: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// Appends a line for a container start.
     pub fn started(&self, pod_uid: &str, container: &str, image: &str, at: &str) {
         let line = format!("{at} kube-sim: started container {container} image {image}");
@@ -70,6 +78,10 @@ impl PodLogs for Logs {
             .cloned();
         match lines {
             Some(lines) => Ok(lines.iter().map(|l| format!("{l}\n")).collect()),
+            // Pods of other nodes are not this kubelet's to speak for.
+            None if meta::str_at(pod, "/spec/nodeName") != Some(self.node_name.as_str()) => {
+                Ok(String::new())
+            }
             None => {
                 let reason = pod
                     .pointer("/status/containerStatuses")

@@ -103,8 +103,8 @@ impl Config {
             ready_delay: Duration::from_millis(50),
             probe_scale: 0.01,
             crash_after: Duration::from_millis(100),
-            backoff_base: Duration::from_millis(200),
-            backoff_max: Duration::from_secs(2),
+            backoff_base: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(10),
             termination_delay: Duration::from_millis(300),
             pull_timeout: Duration::from_secs(5),
             registries: Registries::default(),
@@ -139,6 +139,8 @@ struct Kubelet<R> {
     runtime: R,
     logs: Arc<Logs>,
     next_ip: AtomicU32,
+    /// Image pulls run one at a time, as the kubelet's `serializeImagePulls` default has it.
+    pulls: tokio::sync::Mutex<()>,
 }
 
 /// Runs the kubelet with a given runtime until `shutdown` flips.
@@ -148,7 +150,7 @@ pub async fn run_with<R: ContainerRuntime>(
     runtime: R,
     shutdown: watch::Receiver<bool>,
 ) {
-    let logs = Arc::new(Logs::default());
+    let logs = Arc::new(Logs::new(&config.node_name));
     store.set_pod_logs(logs.clone());
     if let Err(e) = register_node(&store, &config) {
         tracing::warn!(node = %config.node_name, error = %e, "registering the node failed");
@@ -159,6 +161,7 @@ pub async fn run_with<R: ContainerRuntime>(
         runtime,
         logs,
         next_ip: AtomicU32::new(2),
+        pulls: tokio::sync::Mutex::new(()),
     });
     let mut workers: HashMap<String, (watch::Sender<Value>, JoinHandle<()>)> = HashMap::new();
     let mut binding: HashSet<String> = HashSet::new();
@@ -517,6 +520,7 @@ async fn start_container<R: ContainerRuntime>(
         .as_str()
         .unwrap_or_else(|| crate::defaults::default_pull_policy(&image))
         .to_string();
+    let serial = k.pulls.lock().await;
     let cached = k.runtime.cached(&reference);
     let pulled = match (policy.as_str(), cached) {
         ("Always", _) | (_, None) if policy != "Never" => {
@@ -548,6 +552,7 @@ async fn start_container<R: ContainerRuntime>(
             return;
         }
     };
+    drop(serial);
     if let Some(message) = missing_config_reference(&k.store, pod, &run.containers[i].spec) {
         let c = &mut run.containers[i];
         c.stage = Stage::ConfigError { message };
