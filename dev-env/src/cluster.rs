@@ -20,6 +20,7 @@ use bollard::{
     },
 };
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::jiff::Timestamp;
 
 use crate::{
     config::Config,
@@ -41,6 +42,8 @@ pub enum Error {
         "container `{0}` exists but was not created by dev-env; remove it (`docker rm -f {0}`) or change `name` in dev-env.yaml"
     )]
     Foreign(String),
+    #[error("cannot find a free port on 127.0.0.1 for the API: {reason}")]
+    NoFreePort { reason: String },
     #[error("node image `{image}` is not available: {reason}")]
     Image { image: String, reason: String },
     #[error(
@@ -162,12 +165,14 @@ async fn create(
     env.push(format!("K3S_TOKEN={token}"));
     let port_key = format!("{NODE_API_PORT}/tcp");
     // Keep the port of an earlier run when it is still free, so kubeconfigs
-    // handed to other tools stay valid; otherwise let the engine pick one.
-    let host_port = state
-        .api_port
-        .filter(|p| port_is_free(*p))
-        .map(|p| p.to_string())
-        .unwrap_or_default();
+    // handed to other tools stay valid; otherwise pick a free one. The port
+    // is fixed in the container's config, so restarts keep it too.
+    let host_port = match state.api_port.filter(|p| port_is_free(*p)) {
+        Some(port) => port,
+        None => free_port()?,
+    };
+    state.api_port = Some(host_port);
+    let host_port = host_port.to_string();
     let host_config = HostConfig {
         privileged: Some(spec.privileged),
         tmpfs: Some(spec.tmpfs.clone().into_iter().collect()),
@@ -271,9 +276,20 @@ async fn connect(docker: &Docker, config: &Config, spec: &NodeSpec) -> Result<No
         let Some(port) = published_port(&inspected, NODE_API_PORT) else {
             return Ok(Step::Pending(String::from("API port not published yet")));
         };
+        // A restarted server writes a new kubeconfig (kube-sim even a new
+        // CA); one older than this start is the previous run's.
+        let started = inspected
+            .state
+            .as_ref()
+            .and_then(|s| s.started_at.as_deref())
+            .and_then(|t| t.parse::<Timestamp>().ok())
+            .map_or(0, |t| t.as_second());
         Ok(
             match read_file(docker, &container, NODE_KUBECONFIG_OUTPUT).await {
-                Some(text) => Step::Done((port, text)),
+                Some((text, mtime)) if mtime >= started => Step::Done((port, text)),
+                Some(_) => Step::Pending(format!(
+                    "{NODE_KUBECONFIG_OUTPUT} is from before this start"
+                )),
                 None => Step::Pending(format!("{NODE_KUBECONFIG_OUTPUT} not written yet")),
             },
         )
@@ -316,8 +332,9 @@ async fn connect(docker: &Docker, config: &Config, spec: &NodeSpec) -> Result<No
     Ok(node)
 }
 
-/// The content of the file at `path` in the container, if it exists.
-async fn read_file(docker: &Docker, container: &str, path: &str) -> Option<String> {
+/// The content of the file at `path` in the container and its mtime in
+/// seconds, if it exists and is not empty.
+async fn read_file(docker: &Docker, container: &str, path: &str) -> Option<(String, i64)> {
     let options = DownloadFromContainerOptionsBuilder::default()
         .path(path)
         .build();
@@ -329,9 +346,10 @@ async fn read_file(docker: &Docker, container: &str, path: &str) -> Option<Strin
         .ok()?;
     let mut archive = tar::Archive::new(bytes.as_slice());
     let mut entry = archive.entries().ok()?.next()?.ok()?;
+    let mtime = entry.header().mtime().ok()? as i64;
     let mut text = String::new();
     entry.read_to_string(&mut text).ok()?;
-    (!text.trim().is_empty()).then_some(text)
+    (!text.trim().is_empty()).then_some((text, mtime))
 }
 
 /// The last `n` lines the container logged.
@@ -378,6 +396,15 @@ fn random_token() -> String {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .expect("/dev/urandom is readable");
     hex::encode(bytes)
+}
+
+fn free_port() -> Result<u16, Error> {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| Error::NoFreePort {
+            reason: e.to_string(),
+        })
 }
 
 fn port_is_free(port: u16) -> bool {

@@ -6,6 +6,7 @@
 pub mod apply;
 pub mod cluster;
 pub mod config;
+pub mod deliver;
 pub mod docker;
 pub mod image;
 pub mod kubeconfig;

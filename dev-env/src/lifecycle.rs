@@ -11,17 +11,19 @@ use std::{path::Path, time::Duration};
 
 use bollard::{Docker, query_parameters::CreateImageOptionsBuilder};
 use futures::StreamExt;
+use sha2::{Digest, Sha256};
 
 use crate::{
     apply::{self, Applied},
     cluster::{self, Node},
-    config::{Config, Provider},
+    config::{Config, Provider, RolloutKind},
     docker::{self, inspect_container},
     image::{self, cargo as cargo_build},
     kubeconfig, manifest, network,
     plan::{self, Drift},
     registry,
     state::State,
+    wait::workload::{self, Want},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +46,10 @@ pub enum Error {
     State(#[from] crate::state::Error),
     #[error("{}\nnothing was changed; run `cargo xtask dev up --recreate` to replace {} (the registry's data volume is kept)", list(drifts), if drifts.len() == 1 { "it" } else { "them" })]
     Drift { drifts: Vec<Drift> },
+    #[error("{}", errors.join("\n"))]
+    Push { errors: Vec<String> },
+    #[error("{}", errors.join("\n"))]
+    Rollout { errors: Vec<String> },
     #[error("building the node image `{image}`: {reason}")]
     NodeImage { image: String, reason: String },
 }
@@ -180,6 +186,14 @@ pub async fn up(
         }
         Provider::K3s | Provider::Sim => {
             let node_image = ensure_node_image(&docker, config, options.verbose, progress).await?;
+            // A node still running the image a rebuild replaced is replaced
+            // too: it is the harness's own build output, not user drift.
+            if node_image == NodeImage::Built && cluster::remove(&docker, config).await? {
+                progress(&format!(
+                    "node     {}: replaced, its image was rebuilt",
+                    config.node_name()
+                ));
+            }
             let spec = plan::node_spec(config, registry_port(config, &state));
             let (outcome, node) =
                 cluster::ensure(&docker, config, &spec, &mut state, options.recreate).await?;
@@ -199,15 +213,92 @@ pub async fn up(
         }
     };
 
+    // Components never pushed are built now: manifests name their images,
+    // and a cluster whose pods cannot pull is not up.
+    let state = State::load(&config.state_dir())?;
+    let unpushed: Vec<String> = config
+        .components
+        .keys()
+        .filter(|c| !state.images.contains_key(*c))
+        .cloned()
+        .collect();
+    if !unpushed.is_empty() {
+        progress(&format!("pushing  {} (never pushed)", unpushed.join(", ")));
+        let client = image::distribution::Client::new(&registry.host);
+        let results = image::push_components(
+            config,
+            &client,
+            &unpushed,
+            image::PushOptions {
+                verbose: options.verbose,
+            },
+        )
+        .await;
+        let errors: Vec<String> = results
+            .into_iter()
+            .filter_map(Result::err)
+            .map(|e| e.to_string())
+            .collect();
+        if !errors.is_empty() {
+            return Err(Error::Push { errors });
+        }
+    }
+
     let hosting = apply::local_registry_hosting(config, &registry.host);
     let mut applied = vec![apply::apply_value(&client, &hosting).await?];
-    let pins = apply::pinned_images(config, &State::load(&config.state_dir())?);
-    applied.extend(apply::apply_all(&client, &manifests, &pins, options.timeout).await?);
+    let state = State::load(&config.state_dir())?;
+    applied.extend(
+        apply::apply_all(
+            &client,
+            &manifests,
+            &apply::pinned_images(config, &state),
+            options.timeout,
+        )
+        .await?,
+    );
     let changed = applied.iter().filter(|a| a.changed).count();
     progress(&format!(
         "applied  {} objects ({changed} changed)",
         applied.len()
     ));
+
+    // Every Deployment among the manifests must complete; a component's
+    // Deployment must run its pushed digest.
+    let waits = manifests
+        .iter()
+        .filter(|m| m.kind == "Deployment" && m.api_version == "apps/v1")
+        .map(|m| {
+            let namespace = m
+                .namespace
+                .clone()
+                .unwrap_or_else(|| String::from("default"));
+            let component = config.components.iter().find(|(_, c)| {
+                c.rollout.kind == RolloutKind::Deployment
+                    && c.rollout.name == m.name
+                    && c.rollout.namespace == namespace
+            });
+            let want = Want {
+                namespace,
+                deployment: m.name.clone(),
+                container: component
+                    .map(|(_, c)| c.rollout.container.clone())
+                    .unwrap_or_default(),
+                digest: component
+                    .and_then(|(name, _)| state.images.get(name))
+                    .map(|p| p.digest.clone()),
+            };
+            let client = client.clone();
+            async move { workload::deployment(&client, &want, options.timeout).await }
+        });
+    let waited = futures::future::join_all(waits).await;
+    let errors: Vec<String> = waited
+        .into_iter()
+        .filter_map(Result::err)
+        .map(|e| e.to_string())
+        .collect();
+    if !errors.is_empty() {
+        return Err(Error::Rollout { errors });
+    }
     Ok(UpReport {
         network,
         registry,
@@ -235,21 +326,39 @@ async fn ensure_node_image(
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<NodeImage, Error> {
     let image = &config.cluster.image;
-    if docker::inspect_image(docker, image).await?.is_some() {
-        return Ok(NodeImage::Present);
-    }
+    let present = docker::inspect_image(docker, image).await?;
     let err = |reason: String| Error::NodeImage {
         image: image.clone(),
         reason,
     };
     if config.cluster.provider == Provider::Sim {
+        // The image is rebuilt whenever the simulator's sources change, so a
+        // node never runs a stale simulator.
+        let workspace = sim_workspace(&config.root).ok_or_else(|| {
+            err(format!(
+                "no `kube-sim/` package in {} or above it; the sim provider builds the node image from it",
+                config.root.display()
+            ))
+        })?;
+        let source = sim_source_hash(&workspace).map_err(|e| err(e.to_string()))?;
+        let built_from = present
+            .as_ref()
+            .and_then(|i| i.config.as_ref())
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get(SIM_SOURCE_LABEL).cloned());
+        if built_from.as_deref() == Some(source.as_str()) {
+            return Ok(NodeImage::Present);
+        }
         progress(&format!(
             "building node image {image} from the `kube-sim` package (no pulls)"
         ));
-        build_sim_image(docker, &config.root, image, verbose)
+        build_sim_image(docker, &workspace, image, &source, verbose)
             .await
             .map_err(err)?;
         return Ok(NodeImage::Built);
+    }
+    if present.is_some() {
+        return Ok(NodeImage::Present);
     }
     progress(&format!("pulling node image {image}"));
     let options = CreateImageOptionsBuilder::default()
@@ -266,12 +375,62 @@ async fn ensure_node_image(
     Ok(NodeImage::Pulled)
 }
 
+/// The nearest directory at or above `root` that holds the `kube-sim`
+/// package.
+pub fn sim_workspace(root: &Path) -> Option<std::path::PathBuf> {
+    root.ancestors()
+        .find(|dir| dir.join("kube-sim/Cargo.toml").is_file())
+        .map(Path::to_path_buf)
+}
+
+/// The image label holding the hash of the sources a sim image was built from.
+pub const SIM_SOURCE_LABEL: &str = "dev-env.sim-source";
+
+/// sha256 over `kube-sim/` (sources and manifest, in path order, tests
+/// excluded) and the workspace's `Cargo.lock`.
+pub fn sim_source_hash(root: &Path) -> std::io::Result<String> {
+    fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                if path
+                    .file_name()
+                    .is_some_and(|n| n != "target" && n != "tests")
+                {
+                    walk(&path, files)?;
+                }
+            } else {
+                files.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    walk(&root.join("kube-sim"), &mut files)?;
+    files.sort();
+    files.push(root.join("Cargo.lock"));
+    let mut hasher = Sha256::new();
+    for file in files {
+        hasher.update(
+            file.strip_prefix(root)
+                .unwrap_or(&file)
+                .to_string_lossy()
+                .as_bytes(),
+        );
+        hasher.update([0]);
+        hasher.update(std::fs::read(&file)?);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
 /// Builds the kube-sim node image: a static `kube-sim` binary in an empty
-/// image whose entrypoint takes k3s's `server` arguments.
+/// image whose entrypoint takes k3s's `server` arguments, labelled with the
+/// hash of its sources.
 pub async fn build_sim_image(
     docker: &Docker,
     root: &Path,
     image: &str,
+    source: &str,
     verbose: bool,
 ) -> Result<(), String> {
     let root = root.to_path_buf();
@@ -289,11 +448,10 @@ pub async fn build_sim_image(
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     std::fs::copy(&binary, dir.path().join("kube-sim")).map_err(|e| e.to_string())?;
     let dockerfile = dir.path().join("Dockerfile");
-    std::fs::write(
-        &dockerfile,
-        "FROM scratch\nCOPY kube-sim /bin/kube-sim\nENTRYPOINT [\"/bin/kube-sim\"]\n",
-    )
-    .map_err(|e| e.to_string())?;
+    let text = format!(
+        "FROM scratch\nCOPY kube-sim /bin/kube-sim\nLABEL {SIM_SOURCE_LABEL}={source}\nENTRYPOINT [\"/bin/kube-sim\"]\n"
+    );
+    std::fs::write(&dockerfile, text).map_err(|e| e.to_string())?;
     let (repository, tag) = match image.rsplit_once(':') {
         Some((r, t)) if !t.contains('/') => (r, t),
         _ => (image, "latest"),

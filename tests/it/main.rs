@@ -2,5 +2,6 @@
 //! or the distribution registry fail loudly when those are missing.
 
 mod image;
+mod lifecycle;
 mod registry;
 mod tidy;

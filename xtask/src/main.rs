@@ -4,8 +4,10 @@
 
 mod dev;
 mod flags;
+mod progress;
 mod push_image;
 mod reload;
+mod summary;
 mod test;
 
 use std::{

@@ -2,10 +2,11 @@
 
 use std::process::ExitCode;
 
-use anyhow::bail;
+use anyhow::Context as _;
+use dev_env::deliver;
 use xshell::Shell;
 
-use crate::{Ctx, flags};
+use crate::{Ctx, flags, progress::Bars, summary::report};
 
 impl flags::Reload {
     pub(crate) fn run(self, _sh: &Shell, ctx: &Ctx) -> anyhow::Result<ExitCode> {
@@ -13,6 +14,16 @@ impl flags::Reload {
         for name in &self.components {
             config.component(name)?;
         }
-        bail!("`reload` is not available in this build")
+        let components = if self.components.is_empty() {
+            config.components.keys().cloned().collect()
+        } else {
+            self.components
+        };
+        let bars = Bars::new(ctx.quiet || self.json);
+        let outcomes = ctx
+            .block_on(deliver::reload(&config, &components, self.timeout, &bars))?
+            .context("reload")?;
+        bars.finish();
+        report(ctx, &outcomes, self.json)
     }
 }

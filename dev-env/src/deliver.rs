@@ -1,0 +1,289 @@
+//! `push-image` and `reload`: build, push, roll out and wait, for several
+//! components at once. Builds and pushes run concurrently, then rollouts
+//! and waits run concurrently; one component's failure never hides the
+//! others' results.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::{
+    apply,
+    config::{Config, Provider},
+    image::{self, PushOptions, Pushed, distribution},
+    kubeconfig, manifest, registry, rollout,
+    state::State,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Registry(#[from] registry::Error),
+    #[error(transparent)]
+    State(#[from] crate::state::Error),
+    #[error(transparent)]
+    Kubeconfig(#[from] kubeconfig::Error),
+    #[error(transparent)]
+    Manifest(#[from] manifest::Error),
+    #[error(transparent)]
+    Apply(#[from] apply::Error),
+}
+
+/// The phases a component goes through, for progress display.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Build and push (with verification).
+    Push,
+    Rollout,
+    Wait,
+    Done,
+    Failed,
+}
+
+/// Where progress goes: a terminal UI, plain lines, or nowhere.
+pub trait Progress: Sync {
+    fn phase(&self, component: &str, phase: Phase, detail: &str);
+}
+
+/// What happened to one component.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Outcome {
+    pub component: String,
+    /// The in-cluster reference pods run, digest-pinned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    pub uploaded_bytes: u64,
+    pub skipped_blobs: usize,
+    /// Whether the workload was patched (false when it already ran the
+    /// digest, or with `--no-rollout`).
+    pub rolled_out: bool,
+    /// The Ready pods that run it.
+    pub pods: Vec<String>,
+    pub wait_ms: u64,
+    pub elapsed_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    fn new(component: &str) -> Outcome {
+        Outcome {
+            component: component.to_string(),
+            image: None,
+            digest: None,
+            uploaded_bytes: 0,
+            skipped_blobs: 0,
+            rolled_out: false,
+            pods: Vec::new(),
+            wait_ms: 0,
+            elapsed_ms: 0,
+            error: None,
+        }
+    }
+}
+
+/// How `push` runs.
+#[derive(Debug, Clone, Copy)]
+pub struct PushFlags {
+    pub rollout: bool,
+    pub timeout: Duration,
+    pub verbose: bool,
+}
+
+/// A client for the cluster of `config`: the node's `kubeconfig.host`, or
+/// the declared context of the user's kubeconfig.
+pub async fn cluster_client(config: &Config) -> Result<kube::Client, kubeconfig::Error> {
+    match (config.cluster.provider, &config.cluster.context) {
+        (Provider::Existing, Some(context)) => kubeconfig::user_client(context).await,
+        _ => kubeconfig::client(&config.state_dir().join(kubeconfig::HOST_FILE), None).await,
+    }
+}
+
+/// Builds, pushes and (unless told not to) rolls out `components`, waiting
+/// until Ready pods run the pushed digests.
+pub async fn push(
+    config: &Config,
+    components: &[String],
+    flags: PushFlags,
+    progress: &dyn Progress,
+) -> Result<Vec<Outcome>, Error> {
+    let started = Instant::now();
+    let state = State::load(&config.state_dir())?;
+    let registry = distribution::Client::new(&registry::host(config, &state)?);
+    for name in components {
+        progress.phase(name, Phase::Push, "building");
+    }
+    let pushes = image::push_components(
+        config,
+        &registry,
+        components,
+        PushOptions {
+            verbose: flags.verbose,
+        },
+    )
+    .await;
+    let mut outcomes: Vec<Outcome> = Vec::new();
+    let mut pushed: Vec<(usize, Pushed)> = Vec::new();
+    for (name, result) in components.iter().zip(pushes) {
+        let mut outcome = Outcome::new(name);
+        match result {
+            Ok(p) => {
+                outcome.image = Some(image::cluster_reference(config, &p.image, &p.digest));
+                outcome.digest = Some(p.digest.clone());
+                outcome.uploaded_bytes = p.uploaded_bytes;
+                outcome.skipped_blobs = p.skipped_blobs;
+                let phase = if flags.rollout {
+                    Phase::Rollout
+                } else {
+                    Phase::Done
+                };
+                progress.phase(name, phase, &format!("pushed {}", p.digest));
+                pushed.push((outcomes.len(), p));
+            }
+            Err(e) => {
+                progress.phase(name, Phase::Failed, &e.to_string());
+                outcome.error = Some(e.to_string());
+            }
+        }
+        outcomes.push(outcome);
+    }
+    if flags.rollout && !pushed.is_empty() {
+        match cluster_client(config).await {
+            Ok(client) => {
+                let rolls = pushed.iter().map(|(i, p)| {
+                    let image = outcomes[*i].image.clone();
+                    roll_and_wait(
+                        &client,
+                        config,
+                        &p.component,
+                        image,
+                        Some(p.digest.clone()),
+                        false,
+                        flags.timeout,
+                        progress,
+                    )
+                });
+                for ((i, _), result) in pushed.iter().zip(futures::future::join_all(rolls).await) {
+                    merge(&mut outcomes[*i], result);
+                }
+            }
+            Err(e) => {
+                for (i, _) in &pushed {
+                    outcomes[*i].error = Some(e.to_string());
+                    progress.phase(&outcomes[*i].component, Phase::Failed, &e.to_string());
+                }
+            }
+        }
+    }
+    for outcome in &mut outcomes {
+        outcome.elapsed_ms = started.elapsed().as_millis() as u64;
+    }
+    Ok(outcomes)
+}
+
+/// Re-applies the manifests (images pinned to their pushed digests), then
+/// restarts `components` and waits for them.
+pub async fn reload(
+    config: &Config,
+    components: &[String],
+    timeout: Duration,
+    progress: &dyn Progress,
+) -> Result<Vec<Outcome>, Error> {
+    let started = Instant::now();
+    let manifests = manifest::load(&config.manifests)?;
+    let state = State::load(&config.state_dir())?;
+    let client = cluster_client(config).await?;
+    apply::apply_all(
+        &client,
+        &manifests,
+        &apply::pinned_images(config, &state),
+        timeout,
+    )
+    .await?;
+    let rolls = components.iter().map(|name| {
+        progress.phase(name, Phase::Rollout, "restarting");
+        let digest = state.images.get(name).map(|p| p.digest.clone());
+        roll_and_wait(&client, config, name, None, digest, true, timeout, progress)
+    });
+    let results = futures::future::join_all(rolls).await;
+    Ok(components
+        .iter()
+        .zip(results)
+        .map(|(name, result)| {
+            let mut outcome = Outcome::new(name);
+            outcome.digest = state.images.get(name).map(|p| p.digest.clone());
+            merge(&mut outcome, result);
+            outcome.elapsed_ms = started.elapsed().as_millis() as u64;
+            outcome
+        })
+        .collect())
+}
+
+struct Rolled {
+    patched: bool,
+    pods: Vec<String>,
+    wait: Duration,
+}
+
+fn merge(outcome: &mut Outcome, result: Result<Rolled, String>) {
+    match result {
+        Ok(r) => {
+            outcome.rolled_out = r.patched;
+            outcome.pods = r.pods;
+            outcome.wait_ms = r.wait.as_millis() as u64;
+        }
+        Err(e) => outcome.error = Some(e),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn roll_and_wait(
+    client: &kube::Client,
+    config: &Config,
+    name: &str,
+    image: Option<String>,
+    digest: Option<String>,
+    restart: bool,
+    timeout: Duration,
+    progress: &dyn Progress,
+) -> Result<Rolled, String> {
+    let result = async {
+        let rolled = rollout::roll(
+            client,
+            config,
+            name,
+            image.as_deref(),
+            digest.as_deref(),
+            restart,
+            timeout,
+        )
+        .await?;
+        let detail = if rolled.patched {
+            "rolling out"
+        } else {
+            "already runs this digest; checking pods"
+        };
+        progress.phase(name, Phase::Wait, detail);
+        let wait_started = Instant::now();
+        let done = rollout::wait(client, &rolled, timeout).await?;
+        Ok::<_, rollout::Error>(Rolled {
+            patched: rolled.patched,
+            pods: done.pods,
+            wait: wait_started.elapsed(),
+        })
+    }
+    .await;
+    match result {
+        Ok(r) => {
+            progress.phase(name, Phase::Done, &format!("{} pod(s) ready", r.pods.len()));
+            Ok(r)
+        }
+        Err(e) => {
+            progress.phase(name, Phase::Failed, &e.to_string());
+            Err(e.to_string())
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! `dev up` / `dev down` / `dev reset` on the real Docker engine, with the
+//! kube-sim node image and a registry image built locally from Debian's
+//! distribution binary.
+
+use std::{os::unix::fs::PermissionsExt, path::PathBuf, time::Duration};
+
+use dev_env::{
+    config::Config,
+    docker, kubeconfig,
+    lifecycle::{self, UpOptions},
+    network,
+    plan::Drift,
+    state::State,
+};
+use dev_env_tests::{DockerCleanup, repo_root, require_docker, unique_name};
+use xshell::{Shell, cmd};
+
+/// An environment declared in `target/it/<name>/dev-env.yaml`, inside the
+/// repository so the sim provider finds the `kube-sim` package above it.
+struct Env {
+    dir: PathBuf,
+    name: String,
+    subnet: String,
+    _cleanup: DockerCleanup,
+}
+
+impl Env {
+    fn new() -> Env {
+        require_docker();
+        let name = unique_name("life");
+        let dir = repo_root().join("target/it").join(&name);
+        std::fs::create_dir_all(dir.join("manifests")).unwrap();
+        std::fs::write(
+            dir.join("manifests/app.yaml"),
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: app}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: app}\ndata: {mode: dev}\n",
+        )
+        .unwrap();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let subnet = format!("10.{}.{}.0/24", 200 + nanos % 50, (nanos / 50) % 250);
+        let env = Env {
+            dir,
+            name: name.clone(),
+            subnet,
+            _cleanup: {
+                let mut cleanup = DockerCleanup::default();
+                cleanup.containers = vec![format!("{name}-server-0"), format!("{name}-registry")];
+                cleanup.volumes = vec![format!("{name}-registry-data")];
+                cleanup.networks = vec![name.clone()];
+                cleanup
+            },
+        };
+        env.write(&env.subnet);
+        env
+    }
+
+    fn write(&self, subnet: &str) {
+        let text = format!(
+            "name: {}\nnetwork: {{ipv4Subnet: {subnet}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n",
+            self.name
+        );
+        std::fs::write(self.dir.join("dev-env.yaml"), text).unwrap();
+    }
+
+    fn config(&self) -> Config {
+        Config::load(&self.dir.join("dev-env.yaml")).unwrap()
+    }
+}
+
+impl Drop for Env {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+const OPTIONS: UpOptions = UpOptions {
+    recreate: false,
+    verbose: false,
+    timeout: Duration::from_secs(120),
+};
+
+fn up(config: &Config, options: UpOptions) -> Result<lifecycle::UpReport, lifecycle::Error> {
+    runtime().block_on(lifecycle::up(config, options, &|line| eprintln!("{line}")))
+}
+
+/// Container ID, and every host address its ports are published on.
+fn inspect(name: &str) -> (String, Vec<String>) {
+    runtime().block_on(async {
+        let docker = docker::connect().await.unwrap();
+        let c = docker::inspect_container(&docker, name)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name} exists"));
+        let hosts = c
+            .host_config
+            .and_then(|h| h.port_bindings)
+            .unwrap_or_default()
+            .into_values()
+            .flatten()
+            .flatten()
+            .map(|b| b.host_ip.unwrap_or_default())
+            .collect();
+        (c.id.unwrap(), hosts)
+    })
+}
+
+fn resource_versions(kubeconfig: &std::path::Path) -> String {
+    let sh = Shell::new().unwrap();
+    let path = "jsonpath={.items[*].metadata.resourceVersion}";
+    cmd!(
+        sh,
+        "kubectl --kubeconfig {kubeconfig} get namespace/app configmap/settings -n app -o {path}"
+    )
+    .read()
+    .expect("kubectl reaches the cluster through kubeconfig.host")
+}
+
+#[test]
+fn up_converges_is_idempotent_and_keeps_images_across_down() {
+    let env = Env::new();
+    let config = env.config();
+
+    let first = up(&config, OPTIONS).expect("dev up from nothing");
+    assert_eq!(first.network, network::Outcome::Created);
+    let (_, node) = first.node.expect("a node");
+
+    // Both kubeconfigs exist, mode 0600; the host one works with kubectl,
+    // the network one names the node.
+    for file in [&node.host_kubeconfig, &node.network_kubeconfig] {
+        let mode = std::fs::metadata(file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", file.display());
+    }
+    let network_file = std::fs::read_to_string(&node.network_kubeconfig).unwrap();
+    assert!(
+        network_file.contains(&format!("https://{}-server-0:6443", env.name)),
+        "{network_file}"
+    );
+    assert!(
+        network_file.contains("certificate-authority-data"),
+        "TLS stays verified: {network_file}"
+    );
+    let host_file = std::fs::read_to_string(&node.host_kubeconfig).unwrap();
+    assert!(
+        host_file.contains(&format!("https://127.0.0.1:{}", node.api_port)),
+        "{host_file}"
+    );
+
+    // Every published port is bound to 127.0.0.1.
+    let (node_id, node_hosts) = inspect(&format!("{}-server-0", env.name));
+    let (registry_id, registry_hosts) = inspect(&format!("{}-registry", env.name));
+    assert!(!node_hosts.is_empty() && !registry_hosts.is_empty());
+    for host in node_hosts.iter().chain(&registry_hosts) {
+        assert_eq!(host, "127.0.0.1");
+    }
+
+    // The KEP-1755 ConfigMap tells tools where the registry is.
+    let sh = Shell::new().unwrap();
+    let kc = &node.host_kubeconfig;
+    let hosting = {
+        let path = "jsonpath={.data.localRegistryHosting\\.v1}";
+        cmd!(sh, "kubectl --kubeconfig {kc} -n kube-public get configmap local-registry-hosting -o {path}")
+    }
+        .read()
+        .unwrap();
+    assert!(
+        hosting.contains(&format!(
+            "hostFromClusterNetwork: \"{}-registry:5000\"",
+            env.name
+        )),
+        "{hosting}"
+    );
+
+    // A second `up` changes nothing: same containers, same resourceVersions.
+    let versions = resource_versions(kc);
+    let second = up(&config, OPTIONS).expect("second dev up");
+    assert_eq!(second.network, network::Outcome::Unchanged);
+    assert!(
+        second.applied.iter().all(|a| !a.changed),
+        "{:?}",
+        second.applied
+    );
+    assert_eq!(inspect(&format!("{}-server-0", env.name)).0, node_id);
+    assert_eq!(inspect(&format!("{}-registry", env.name)).0, registry_id);
+    assert_eq!(resource_versions(kc), versions);
+
+    // Push something, go down and up again: the registry keeps it.
+    let host = second.registry.host.clone();
+    let client = dev_env::image::distribution::Client::new(&host);
+    let rt = runtime();
+    let blob = bytes::Bytes::from_static(b"kept across dev down");
+    let digest = format!("sha256:{}", hex_sha256(&blob));
+    rt.block_on(client.upload_blob("keep/me", &digest, blob.clone()))
+        .unwrap();
+    let down = rt.block_on(lifecycle::down(&config, false, false)).unwrap();
+    assert!(down.node && down.registry && !down.volume);
+    assert!(
+        !node.host_kubeconfig.exists(),
+        "down removes kubeconfigs that name a gone server"
+    );
+    let again = rt.block_on(lifecycle::down(&config, false, false)).unwrap();
+    assert_eq!(
+        again,
+        lifecycle::DownReport::default(),
+        "already down is success"
+    );
+    up(&config, OPTIONS).expect("dev up after down");
+    assert!(
+        rt.block_on(client.blob_exists("keep/me", &digest)).unwrap(),
+        "the pushed blob survived"
+    );
+
+    // Reset with purge removes everything, including the data.
+    let reset = rt.block_on(lifecycle::down(&config, true, true)).unwrap();
+    assert!(
+        reset.node && reset.registry && reset.volume && reset.network,
+        "{reset:?}"
+    );
+}
+
+#[test]
+fn drift_stops_up_down_still_works_and_recreate_converges() {
+    let env = Env::new();
+    up(&env.config(), OPTIONS).expect("dev up from nothing");
+
+    // Another subnet: `up` refuses and names the field, changing nothing.
+    env.write("10.199.3.0/24");
+    let drifted = env.config();
+    let err = up(&drifted, OPTIONS).expect_err("a drifted network stops dev up");
+    let message = err.to_string();
+    assert!(
+        message.contains("ipv4Subnet") && message.contains("--recreate"),
+        "{message}"
+    );
+    let lifecycle::Error::Drift { drifts } = err else {
+        panic!("a drift error: {message}")
+    };
+    let objects: Vec<&str> = drifts.iter().map(|d: &Drift| d.object.as_str()).collect();
+    assert!(objects.contains(&"network"), "{objects:?}");
+
+    // `down` works whatever the drift; then `up --recreate` converges on
+    // the new subnet.
+    let rt = runtime();
+    rt.block_on(lifecycle::down(&drifted, false, false))
+        .expect("dev down despite drift");
+    up(
+        &drifted,
+        UpOptions {
+            recreate: true,
+            ..OPTIONS
+        },
+    )
+    .expect("dev up --recreate");
+    let subnet = rt.block_on(async {
+        let docker = docker::connect().await.unwrap();
+        let net = network::inspect(&docker, &env.name).await.unwrap().unwrap();
+        net.ipam.unwrap().config.unwrap()[0].subnet.clone().unwrap()
+    });
+    assert_eq!(subnet, "10.199.3.0/24");
+    let left = rt.block_on(async {
+        lifecycle::drift(&docker::connect().await.unwrap(), &drifted)
+            .await
+            .unwrap()
+    });
+    assert!(left.is_empty(), "{left:?}");
+    rt.block_on(lifecycle::down(&drifted, true, true)).unwrap();
+}
+
+#[test]
+fn up_repairs_a_killed_node_and_a_deleted_registry() {
+    let env = Env::new();
+    let config = env.config();
+    up(&config, OPTIONS).expect("dev up from nothing");
+    let sh = Shell::new().unwrap();
+    let (node, registry) = (
+        format!("{}-server-0", env.name),
+        format!("{}-registry", env.name),
+    );
+    cmd!(sh, "docker kill {node}")
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .unwrap();
+    cmd!(sh, "docker rm -f {registry}")
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .unwrap();
+
+    let report = up(&config, OPTIONS).expect("dev up repairs");
+    let outcome = report.node.as_ref().map(|(o, _)| o.clone());
+    // The engine may have restarted the node on its own (restart policy);
+    // either way it runs again without being recreated.
+    assert!(
+        matches!(
+            outcome,
+            Some(dev_env::cluster::Outcome::Started | dev_env::cluster::Outcome::Unchanged)
+        ),
+        "{outcome:?}"
+    );
+    let state = State::load(&config.state_dir()).unwrap();
+    assert_eq!(
+        report.registry.host,
+        format!("localhost:{}", state.registry_port.unwrap()),
+        "the port is kept"
+    );
+    let namespace = runtime().block_on(async {
+        let path = config.state_dir().join(kubeconfig::HOST_FILE);
+        let client = kubeconfig::client(&path, None).await.unwrap();
+        let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+        ns.get_opt("app").await.unwrap()
+    });
+    assert!(
+        namespace.is_some(),
+        "manifests are re-applied after a restart"
+    );
+    runtime()
+        .block_on(lifecycle::down(&config, true, true))
+        .unwrap();
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
