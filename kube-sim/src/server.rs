@@ -375,6 +375,13 @@ async fn resource_request(
         Some(_) => return Err(Error::ResourceNotFound),
     }
     let q = Query::parse(req.uri().query());
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let table = crate::table::wants_table(accept)
+        .then(|| crate::table::IncludeObject::parse(q.get("includeObject")));
     let user_agent = req
         .headers()
         .get(header::USER_AGENT)
@@ -396,7 +403,7 @@ async fn resource_request(
                     .map(str::to_string),
             };
             if q.flag("watch") {
-                return start_watch(state, &info, &p.version, ns, &q, opts);
+                return start_watch(state, &info, &p.version, ns, &q, opts, table);
             }
             let list = store.list(&gr, ns, &opts)?;
             let mut metadata = json!({"resourceVersion": list.resource_version.to_string()});
@@ -411,6 +418,12 @@ async fn resource_request(
                 .into_iter()
                 .map(|o| present(&info, &p.version, o))
                 .collect();
+            if let Some(include) = table {
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &crate::table::render(&info, &items, metadata, include),
+                ));
+            }
             Ok(json_response(
                 StatusCode::OK,
                 &json!({"kind": info.list_kind, "apiVersion": info.api_version(&p.version), "metadata": metadata, "items": items}),
@@ -418,6 +431,14 @@ async fn resource_request(
         }
         (Method::GET, Some(name), None | Some("status")) => {
             let obj = store.get(&gr, ns, name)?;
+            if let Some(include) = table {
+                let obj = present(&info, &p.version, obj);
+                let metadata = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion")});
+                return Ok(json_response(
+                    StatusCode::OK,
+                    &crate::table::render(&info, &[obj], metadata, include),
+                ));
+            }
             Ok(json_response(
                 StatusCode::OK,
                 &present(&info, &p.version, obj),
@@ -736,6 +757,7 @@ fn start_watch(
     namespace: Option<&str>,
     q: &Query,
     opts: ListOptions,
+    table: Option<crate::table::IncludeObject>,
 ) -> Result<Response<Body>, Error> {
     let from = match q.get("resourceVersion").filter(|s| !s.is_empty()) {
         None => None,
@@ -806,6 +828,17 @@ fn start_watch(
                     "metadata": {"resourceVersion": rv.to_string()}})
                 }
                 WatchEvent::Error(status) => status.clone(),
+            };
+            let object = match (&event, table) {
+                (
+                    WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_),
+                    Some(include),
+                ) => {
+                    let metadata =
+                        json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
+                    crate::table::render(&info, std::slice::from_ref(&object), metadata, include)
+                }
+                _ => object,
             };
             let line = format!("{}\n", json!({"type": event.type_name(), "object": object}));
             if tx.send(Ok(Frame::data(Bytes::from(line)))).await.is_err() {

@@ -42,8 +42,14 @@ async fn kubectl_applies_patches_and_deletes_a_deployment() {
 
     let restart = r#"{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-01-01T00:00:00Z"}}}}}"#;
     kubectl_ok(&sim, &["patch", "deployment", "web", "-p", restart]).await;
-    let again = kubectl_ok(&sim, &["patch", "deployment", "web", "-p", restart]).await;
-    assert!(again.contains("(no change)"), "{again}");
+    kubectl_ok(&sim, &["patch", "deployment", "web", "-p", restart]).await;
+    let got: Value =
+        serde_json::from_str(&kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"]).await)
+            .unwrap();
+    assert_eq!(
+        got["metadata"]["generation"], 3,
+        "the repeated restart patch is a no-op"
+    );
 
     let out = kubectl_ok(&sim, &["delete", "deployment", "web"]).await;
     assert!(out.contains("deployment.apps \"web\" deleted"), "{out}");
@@ -136,5 +142,81 @@ async fn kubectl_applies_a_crd_and_a_custom_resource_then_merge_patches_it() {
     assert_eq!(
         serde_json::from_str::<Value>(&out).unwrap()["items"],
         serde_json::json!([])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_client_side_apply_merges_containers_and_rollout_restart_patches_the_template() {
+    let sim = start().await;
+    let (dir, path) = manifest(WEB_DEPLOYMENT);
+    let path_str = path.to_str().unwrap();
+    let out = kubectl_ok(&sim, &["apply", "-f", path_str]).await;
+    assert!(out.contains("deployment.apps/web created"), "{out}");
+    std::fs::write(&path, WEB_DEPLOYMENT.replace("nginx:1.27", "nginx:1.28")).unwrap();
+    let out = kubectl_ok(&sim, &["apply", "-f", path_str]).await;
+    assert!(out.contains("deployment.apps/web configured"), "{out}");
+    let got: Value =
+        serde_json::from_str(&kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"]).await)
+            .unwrap();
+    let containers = got["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(containers.len(), 2);
+    assert_eq!(containers[0]["image"], "nginx:1.28");
+    assert_eq!(got["metadata"]["generation"], 2);
+
+    kubectl_ok(&sim, &["rollout", "restart", "deployment/web"]).await;
+    let got: Value =
+        serde_json::from_str(&kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"]).await)
+            .unwrap();
+    let restarted =
+        got["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+            .as_str();
+    assert!(
+        restarted.is_some_and(|t| t.ends_with('Z') && t.len() == 20),
+        "{got}"
+    );
+    assert_eq!(got["metadata"]["generation"], 3);
+    drop(dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_prints_the_server_side_table_columns() {
+    let sim = start().await;
+    let (_dir, path) = manifest(WEB_DEPLOYMENT);
+    kubectl_ok(
+        &sim,
+        &["apply", "--server-side", "-f", path.to_str().unwrap()],
+    )
+    .await;
+    let out = kubectl_ok(&sim, &["get", "deployments"]).await;
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+        "{out}"
+    );
+    assert!(
+        out.lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("web ") && l.contains("/2")),
+        "{out}"
+    );
+    let wide = kubectl_ok(&sim, &["get", "deployment", "web", "-o", "wide"]).await;
+    assert!(
+        wide.contains("nginx:1.27,busybox:1.36") && wide.contains("app=web"),
+        "{wide}"
+    );
+    let namespaces = kubectl_ok(&sim, &["get", "namespaces"]).await;
+    assert!(
+        namespaces
+            .lines()
+            .any(|l| l.starts_with("kube-system") && l.contains("Active")),
+        "{namespaces}"
     );
 }

@@ -65,17 +65,6 @@ async fn pods_are_defaulted_and_deleted_gracefully_when_scheduled() {
         .await;
     assert!(gone.is_ok());
     assert!(matches!(pods.get("p").await, Err(kube::Error::Api(s)) if s.code == 404));
-
-    pods.create(&PostParams::default(), &pod("unscheduled", None))
-        .await
-        .unwrap();
-    pods.delete("unscheduled", &DeleteParams::default())
-        .await
-        .unwrap();
-    assert!(
-        pods.get_opt("unscheduled").await.unwrap().is_none(),
-        "an unscheduled pod goes at once"
-    );
 }
 
 #[tokio::test]
@@ -190,18 +179,18 @@ async fn deleting_a_namespace_removes_its_contents_then_itself() {
 }
 
 #[tokio::test]
-async fn a_thousand_pods_list_and_watch_consistently() {
+async fn a_thousand_objects_list_page_and_watch_consistently() {
     let sim = start().await;
     let client = sim.client().await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client, "default");
-    let before = pods
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let before = cms
         .list(&ListParams::default())
         .await
         .unwrap()
         .metadata
         .resource_version
         .unwrap();
-    let mut stream = pods
+    let mut stream = cms
         .watch(
             &WatchParams::default().labels("group=g7").timeout(60),
             &before,
@@ -210,28 +199,29 @@ async fn a_thousand_pods_list_and_watch_consistently() {
         .unwrap()
         .boxed();
     for i in 0..1000 {
-        let p: Pod = serde_json::from_value(json!({"metadata": {"name": format!("p{i}"), "labels": {"group": format!("g{}", i % 20)}},
-            "spec": {"containers": [{"name": "c", "image": "i:1"}]}}))
+        let cm: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": format!("c{i}"), "labels": {"group": format!("g{}", i % 20)}}, "data": {"i": i.to_string()}}),
+        )
         .unwrap();
         sim.store()
             .create_as(
                 Some("default"),
-                &p,
+                &cm,
                 &kube_sim::store::WriteOptions::manager("bench"),
             )
             .unwrap();
     }
-    let all = pods.list(&ListParams::default()).await.unwrap();
+    let all = cms.list(&ListParams::default()).await.unwrap();
     assert_eq!(all.items.len(), 1000);
-    let g7 = pods
+    let g7 = cms
         .list(&ListParams::default().labels("group=g7"))
         .await
         .unwrap();
     assert_eq!(g7.items.len(), 50);
-    let mut page = pods.list(&ListParams::default().limit(300)).await.unwrap();
+    let mut page = cms.list(&ListParams::default().limit(300)).await.unwrap();
     let mut paged = page.items.len();
     while let Some(token) = page.metadata.continue_.clone().filter(|t| !t.is_empty()) {
-        page = pods
+        page = cms
             .list(&ListParams::default().limit(300).continue_token(&token))
             .await
             .unwrap();
@@ -246,11 +236,148 @@ async fn a_thousand_pods_list_and_watch_consistently() {
             .unwrap()
             .unwrap()
         {
-            WatchEvent::Added(p) => {
-                assert_eq!(p.metadata.labels.unwrap()["group"], "g7");
+            WatchEvent::Added(cm) => {
+                assert_eq!(cm.metadata.labels.unwrap()["group"], "g7");
                 seen += 1;
             }
             other => panic!("unexpected {other:?}"),
         }
     }
+}
+
+struct FixedLogs;
+
+impl kube_sim::store::PodLogs for FixedLogs {
+    fn logs(
+        &self,
+        pod: &serde_json::Value,
+        container: Option<&str>,
+    ) -> kube_sim::store::Result<String> {
+        let name = pod["metadata"]["name"].as_str().unwrap_or("");
+        Ok(format!("{name}/{} started\n", container.unwrap_or("app")))
+    }
+}
+
+/// Sends one plain-HTTP request and returns the status code and body.
+async fn http_get(addr: std::net::SocketAddr, path: &str, token: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: sim\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    tcp.write_all(req.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(DEADLINE, tcp.read_to_string(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    let code = response[9..12].parse().unwrap();
+    let body = response[response.find("\r\n\r\n").unwrap() + 4..].to_string();
+    (code, body)
+}
+
+#[tokio::test]
+async fn pod_logs_come_from_the_installed_source() {
+    use kube_sim::store::{Store, StoreConfig, WriteOptions};
+    let store = Store::new(StoreConfig { history: 100 });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, shutdown) = tokio::sync::watch::channel(false);
+    let state = std::sync::Arc::new(kube_sim::server::ServerState {
+        store: store.clone(),
+        token: "secret".into(),
+        advertise: addr.to_string(),
+        bookmark_interval: std::time::Duration::from_secs(60),
+        shutdown,
+    });
+    let server = tokio::spawn(kube_sim::server::serve(listener, None, state));
+    let p = serde_json::to_value(pod("logged", Some("node-1"))).unwrap();
+    store
+        .create(
+            &kube_sim::GroupResource::pods(),
+            Some("default"),
+            p,
+            &WriteOptions::manager("t"),
+        )
+        .unwrap();
+
+    let path = "/api/v1/namespaces/default/pods/logged/log?container=app";
+    assert_eq!(
+        http_get(addr, path, "secret").await,
+        (200, String::new()),
+        "no source installed yet"
+    );
+    store.set_pod_logs(std::sync::Arc::new(FixedLogs));
+    assert_eq!(
+        http_get(addr, path, "secret").await,
+        (200, "logged/app started\n".to_string())
+    );
+    let (code, body) = http_get(
+        addr,
+        "/api/v1/namespaces/default/pods/missing/log",
+        "secret",
+    )
+    .await;
+    assert_eq!(code, 404, "{body}");
+    assert_eq!(http_get(addr, path, "wrong").await.0, 401);
+    stop.send(true).unwrap();
+    tokio::time::timeout(DEADLINE, server)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn delete_collection_honours_the_label_selector() {
+    let sim = start().await;
+    let client = sim.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    for (name, keep) in [("a", "no"), ("b", "no"), ("c", "yes")] {
+        let cm: ConfigMap =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": {"keep": keep}}}))
+                .unwrap();
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    cms.delete_collection(
+        &DeleteParams::default(),
+        &ListParams::default().labels("keep=no"),
+    )
+    .await
+    .unwrap();
+    let left: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|c| c.metadata.name.unwrap())
+        .collect();
+    assert_eq!(left, ["c"]);
+}
+
+#[tokio::test]
+async fn plain_http_mode_serves_the_same_api_and_still_requires_the_token() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut config = kube_sim::Config::ephemeral();
+    config.tls = false;
+    let sim = crate::start_with(config).await;
+    assert!(sim.url().starts_with("http://"), "{}", sim.url());
+    assert!(sim.ca_pem().is_none());
+    let namespaces: Api<Namespace> = Api::all(sim.client().await.unwrap());
+    assert!(namespaces.get("default").await.is_ok());
+
+    let mut tcp = tokio::net::TcpStream::connect(sim.addr()).await.unwrap();
+    tcp.write_all(b"GET /api/v1/namespaces HTTP/1.1\r\nHost: sim\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(DEADLINE, tcp.read_to_string(&mut response))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(response.starts_with("HTTP/1.1 401"), "{response}");
+    let body = &response[response.find("\r\n\r\n").unwrap() + 4..];
+    let status = crate::json(body);
+    assert_eq!(status["code"], 401);
+    assert_eq!(status["status"], "Failure");
 }

@@ -95,9 +95,9 @@ async fn deployment_generation_follows_spec_and_annotations_only() {
         .patch("web", &pp, &merge(json!({"status": {"replicas": 99}})))
         .await
         .unwrap();
-    assert_eq!(
+    assert_ne!(
         d.status.unwrap().replicas,
-        Some(3),
+        Some(99),
         "the main endpoint keeps the stored status"
     );
 }
@@ -141,10 +141,23 @@ async fn custom_resource_generation_ignores_metadata_and_counts_status_only_with
         "status subresource writes do not bump generation"
     );
     assert_eq!(w.data["status"]["ready"], true);
+    let both = json!({"spec": {"size": 2}, "status": {"ready": false}});
+    let w = widgets.patch("w", &pp, &Patch::Merge(both)).await.unwrap();
+    assert_eq!(generation(&w), 2);
+    assert_eq!(
+        w.data["status"]["ready"], true,
+        "the main endpoint keeps the stored status"
+    );
+    let both = json!({"spec": {"size": 9}, "status": {"ready": false}});
     let w = widgets
-        .patch("w", &pp, &Patch::Merge(json!({"spec": {"size": 2}})))
+        .patch_status("w", &pp, &Patch::Merge(both))
         .await
         .unwrap();
+    assert_eq!(
+        w.data["spec"]["size"], 2,
+        "the status endpoint keeps the stored spec"
+    );
+    assert_eq!(w.data["status"]["ready"], false);
     assert_eq!(generation(&w), 2);
 
     let gadgets = widget_api(client, "Gadget", "gadgets");
@@ -178,9 +191,16 @@ async fn custom_resource_generation_ignores_metadata_and_counts_status_only_with
 async fn no_op_patch_keeps_the_resource_version_and_emits_no_watch_event() {
     let sim = start().await;
     let client = sim.client().await.unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client, "default");
+    let restart = json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}}}}});
+    let pp = PatchParams {
+        field_manager: Some("kubectl-rollout".into()),
+        ..PatchParams::default()
+    };
+
+    // On a Deployment (which controllers also write) the repeated restart changes neither generation nor template.
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
     let desired: Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
-    let d = deployments
+    deployments
         .patch(
             "web",
             &PatchParams::apply("dev-env"),
@@ -188,18 +208,6 @@ async fn no_op_patch_keeps_the_resource_version_and_emits_no_watch_event() {
         )
         .await
         .unwrap();
-    let start_rv = d.metadata.resource_version.unwrap();
-    let mut events = deployments
-        .watch(&WatchParams::default().timeout(30), &start_rv)
-        .await
-        .unwrap()
-        .boxed();
-
-    let restart = json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}}}}});
-    let pp = PatchParams {
-        field_manager: Some("kubectl-rollout".into()),
-        ..PatchParams::default()
-    };
     let first = deployments
         .patch("web", &pp, &Patch::Strategic(&restart))
         .await
@@ -208,20 +216,45 @@ async fn no_op_patch_keeps_the_resource_version_and_emits_no_watch_event() {
         .patch("web", &pp, &Patch::Strategic(&restart))
         .await
         .unwrap();
+    assert_eq!(first.metadata.generation, Some(2));
+    assert_eq!(second.metadata.generation, Some(2));
+    assert_eq!(first.spec.template, second.spec.template);
+
+    // On an object nothing else writes, the no-op keeps the resourceVersion and the watch sees no event.
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "restart"}})).unwrap();
+    let created = cms.create(&PostParams::default(), &cm).await.unwrap();
+    let mut events = cms
+        .watch(
+            &WatchParams::default()
+                .fields("metadata.name=restart")
+                .timeout(30),
+            &created.metadata.resource_version.unwrap(),
+        )
+        .await
+        .unwrap()
+        .boxed();
+    let note = json!({"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": "2026-01-01T00:00:00Z"}}});
+    let first = cms
+        .patch("restart", &pp, &Patch::Strategic(&note))
+        .await
+        .unwrap();
+    let second = cms
+        .patch("restart", &pp, &Patch::Strategic(&note))
+        .await
+        .unwrap();
     assert_eq!(
         first.metadata.resource_version,
         second.metadata.resource_version
     );
-    assert_eq!(first.metadata.generation, second.metadata.generation);
-    let third = deployments
+    let third = cms
         .patch(
-            "web",
+            "restart",
             &pp,
             &Patch::Merge(json!({"metadata": {"labels": {"after": "noop"}}})),
         )
         .await
         .unwrap();
-
     let mut seen = Vec::new();
     while seen.len() < 2 {
         match tokio::time::timeout(DEADLINE, events.next())
@@ -230,7 +263,7 @@ async fn no_op_patch_keeps_the_resource_version_and_emits_no_watch_event() {
             .expect("the stream continues")
             .unwrap()
         {
-            WatchEvent::Modified(d) => seen.push(d.metadata.resource_version.unwrap()),
+            WatchEvent::Modified(c) => seen.push(c.metadata.resource_version.unwrap()),
             WatchEvent::Bookmark(_) => {}
             other => panic!("unexpected {other:?}"),
         }
@@ -635,26 +668,22 @@ async fn bookmarks_carry_only_a_resource_version_and_timeout_ends_the_watch() {
 #[tokio::test]
 async fn stale_update_is_a_conflict_with_the_kubernetes_message() {
     let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client, "default");
-    let desired: Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
-    let original = deployments
-        .patch(
-            "web",
-            &PatchParams::apply("dev-env"),
-            &Patch::Apply(&desired),
-        )
+    install_crd(&sim, WIDGET_CRD).await;
+    let widgets = widget_api(sim.client().await.unwrap(), "Widget", "widgets");
+    let w = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "web"}, "spec": {"size": 1}});
+    let original = widgets
+        .create(&PostParams::default(), &serde_json::from_value(w).unwrap())
         .await
         .unwrap();
     let mut newer = original.clone();
-    newer.spec.replicas = Some(4);
-    deployments
+    newer.data["spec"]["size"] = json!(4);
+    widgets
         .replace("web", &PostParams::default(), &newer)
         .await
         .unwrap();
     let mut stale = original;
-    stale.spec.replicas = Some(5);
-    let err = deployments
+    stale.data["spec"]["size"] = json!(5);
+    let err = widgets
         .replace("web", &PostParams::default(), &stale)
         .await
         .unwrap_err();
@@ -665,8 +694,9 @@ async fn stale_update_is_a_conflict_with_the_kubernetes_message() {
     assert_eq!(status.reason, "Conflict");
     assert_eq!(
         status.message,
-        "Operation cannot be fulfilled on deployments.apps \"web\": the object has been modified; please apply your changes to the latest version and try again"
+        "Operation cannot be fulfilled on widgets.example.com \"web\": the object has been modified; please apply your changes to the latest version and try again"
     );
+    assert_eq!(status.details.unwrap().group, "example.com");
 }
 
 /// Pitfall 10: Status error bodies carry `kind`, `apiVersion`, `metadata`, `status`, `code`, `reason`, `details`.
