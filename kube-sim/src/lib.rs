@@ -56,6 +56,9 @@ pub enum Error {
     /// A temporary directory for the kubeconfig could not be made.
     #[error("creating a temporary directory for the kubeconfig")]
     TempDir(#[source] std::io::Error),
+    /// The kubelet's registries configuration is unusable.
+    #[error(transparent)]
+    Kubelet(#[from] kubelet::Error),
     /// A client could not be built from the kubeconfig.
     #[error("building a client from {path}")]
     Client {
@@ -90,6 +93,10 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// A k3s-style `registries.yaml`, passed on to the kubelet stand-in.
     pub registries: Option<PathBuf>,
+    /// The Deployment and ReplicaSet controllers and the garbage collector.
+    pub controllers: controller::Config,
+    /// The kubelet stand-in; its mirrors are replaced by `registries` when that is set.
+    pub kubelet: kubelet::Config,
 }
 
 impl Config {
@@ -106,9 +113,14 @@ impl Config {
             watch_history: 10_000,
             bookmark_interval: Duration::from_secs(1),
             registries: None,
+            controllers: controller::Config::fast(NODE_NAME),
+            kubelet: kubelet::Config::fast(NODE_NAME),
         }
     }
 }
+
+/// The name of the simulated node unless configured otherwise.
+pub const NODE_NAME: &str = "kube-sim";
 
 /// A running simulator.
 pub struct Sim {
@@ -127,6 +139,10 @@ pub struct Sim {
 impl Sim {
     /// Starts the store, the API machinery and the server, and writes the kubeconfig.
     pub async fn start(config: Config) -> Result<Sim, Error> {
+        let kubelet_config = match &config.registries {
+            Some(path) => config.kubelet.clone().with_registries_file(path)?,
+            None => config.kubelet.clone(),
+        };
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| Error::Bind {
@@ -205,6 +221,16 @@ impl Sim {
             )),
             tokio::spawn(machinery::run_namespace_controller(
                 store.clone(),
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(controller::run(
+                store.clone(),
+                config.controllers.clone(),
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(kubelet::run(
+                store.clone(),
+                kubelet_config,
                 shutdown_rx.clone(),
             )),
             tokio::spawn(server::serve(listener, tls_acceptor, state)),
