@@ -2,9 +2,13 @@
 //! simulators most often get wrong.
 
 mod binary;
+mod images;
 mod kube_rs;
 mod kubectl;
 mod lifecycle;
+mod oci;
+mod rollout;
+mod scale;
 mod semantics;
 
 use std::path::Path;

@@ -1,0 +1,246 @@
+//! A real OCI distribution registry for the kubelet tests: Debian's `docker-registry` on a free loopback
+//! port with storage in a temporary directory, and images pushed with plain HTTP calls (monolithic blob
+//! uploads, then the manifest).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use kube_sim::{Config, Sim};
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+/// The registry binary; CI installs it with `apt-get install -y docker-registry`.
+pub const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
+
+/// The in-network name tests give the registry, mapped onto the loopback port by `registries.yaml`.
+pub const MIRROR_NAME: &str = "clrk-registry:5000";
+
+/// A running registry, stopped on drop.
+pub struct Registry {
+    child: Child,
+    /// The port on 127.0.0.1.
+    pub port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Registry {
+    /// Starts a registry and waits until `/v2/` answers.
+    pub async fn start() -> Registry {
+        assert!(
+            Path::new(REGISTRY_BIN).exists(),
+            "the kubelet tests need a registry: install it with `apt-get install -y docker-registry` ({REGISTRY_BIN})"
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let config = dir.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .expect("the registry config is written");
+        let child = Command::new(REGISTRY_BIN)
+            .arg("serve")
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("docker-registry starts");
+        let registry = Registry { child, port, dir };
+        let ready = tokio::time::timeout(crate::DEADLINE, async {
+            loop {
+                if let Ok((StatusCode::OK, _, _)) = registry
+                    .request(Method::GET, "/v2/", None, Bytes::new())
+                    .await
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(
+            ready.is_ok(),
+            "the registry on port {port} did not answer /v2/"
+        );
+        registry
+    }
+
+    /// `127.0.0.1:<port>`.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A k3s `registries.yaml` that sends `clrk-registry:5000` and `docker.io` to this registry.
+    pub fn registries_file(&self) -> PathBuf {
+        let path = self.dir.path().join("registries.yaml");
+        let endpoint = format!("http://{}", self.host());
+        std::fs::write(
+            &path,
+            format!(
+                "mirrors:\n  \"{MIRROR_NAME}\":\n    endpoint:\n      - {endpoint}\n  docker.io:\n    endpoint:\n      - {endpoint}\n"
+            ),
+        )
+        .expect("registries.yaml is written");
+        path
+    }
+
+    /// Starts a simulator whose kubelet uses this registry's mirrors, after adjusting the configuration.
+    pub async fn sim(&self, adjust: impl FnOnce(&mut Config)) -> Sim {
+        let mut config = Config::ephemeral();
+        config.registries = Some(self.registries_file());
+        adjust(&mut config);
+        crate::start_with(config).await
+    }
+
+    /// Pushes a one-layer image and returns its manifest digest.
+    pub async fn push(&self, repo: &str, tag: &str, labels: &[(&str, &str)]) -> String {
+        let layer = Bytes::from(format!("kube-sim test layer {repo}:{tag}"));
+        let layer_digest = digest(&layer);
+        let labels: serde_json::Map<String, serde_json::Value> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        let config = Bytes::from(
+            serde_json::to_vec(&json!({
+                "architecture": "amd64", "os": "linux",
+                "config": {"Labels": labels},
+                "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+            }))
+            .expect("the config serialises"),
+        );
+        let config_digest = digest(&config);
+        self.upload(repo, &layer).await;
+        self.upload(repo, &config).await;
+        let manifest = Bytes::from(
+            serde_json::to_vec(&json!({
+                "schemaVersion": 2,
+                "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config.len()},
+                "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest, "size": layer.len()}],
+            }))
+            .expect("the manifest serialises"),
+        );
+        let manifest_digest = digest(&manifest);
+        let (status, headers, body) = self
+            .request(
+                Method::PUT,
+                &format!("/v2/{repo}/manifests/{tag}"),
+                Some("application/vnd.oci.image.manifest.v1+json"),
+                manifest,
+            )
+            .await
+            .expect("the manifest upload connects");
+        assert_eq!(
+            status,
+            StatusCode::CREATED,
+            "manifest upload: {}",
+            String::from_utf8_lossy(&body)
+        );
+        assert_eq!(
+            headers
+                .get("docker-content-digest")
+                .and_then(|v| v.to_str().ok()),
+            Some(manifest_digest.as_str())
+        );
+        manifest_digest
+    }
+
+    async fn upload(&self, repo: &str, blob: &Bytes) {
+        let (status, headers, _) = self
+            .request(
+                Method::POST,
+                &format!("/v2/{repo}/blobs/uploads/"),
+                None,
+                Bytes::new(),
+            )
+            .await
+            .expect("the upload starts");
+        assert_eq!(status, StatusCode::ACCEPTED);
+        let location = headers
+            .get(header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .expect("an upload location")
+            .to_string();
+        let path = location
+            .split_once("://")
+            .map(|(_, rest)| rest[rest.find('/').unwrap_or(rest.len())..].to_string())
+            .unwrap_or(location);
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let (status, _, body) = self
+            .request(
+                Method::PUT,
+                &format!("{path}{sep}digest={}", digest(blob)),
+                Some("application/octet-stream"),
+                blob.clone(),
+            )
+            .await
+            .expect("the upload completes");
+        assert_eq!(
+            status,
+            StatusCode::CREATED,
+            "blob upload: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+
+    async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        content_type: Option<&str>,
+        body: Bytes,
+    ) -> Result<(StatusCode, http::HeaderMap, Bytes), String> {
+        let stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+            .await
+            .map_err(|e| e.to_string())?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, self.host())
+            .header(header::CONTENT_LENGTH, body.len());
+        if let Some(ct) = content_type {
+            req = req.header(header::CONTENT_TYPE, ct);
+        }
+        let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        Ok((status, headers, body))
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `sha256:<hex>` of some bytes.
+pub fn digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
