@@ -1,7 +1,8 @@
 //! The controller running in-process against kube-sim, with kube-sim's
-//! Deployment, ReplicaSet and garbage-collector controllers. Nothing runs
-//! pods, so where a test needs Ready pods it plays the kubelet itself:
-//! [`Kubelet`] marks every pod of a WorkerPool Ready as it appears.
+//! Deployment, ReplicaSet and garbage-collector controllers. The pods are
+//! bound to a node kube-sim's kubelet stand-in does not run, so where a
+//! test needs Ready pods it plays the kubelet itself: [`Kubelet`] marks
+//! every pod of a WorkerPool Ready as it appears.
 //!
 //! Every wait is watch-driven and bounded by [`DEADLINE`]; a wait that
 //! runs out fails with the last state it saw.
@@ -43,6 +44,8 @@ const DEADLINE: Duration = Duration::from_secs(30);
 const NAMESPACE: &str = "demo";
 const POOL: &str = "default";
 const RESTARTED_AT: &str = "dev-env.io/restartedAt";
+/// The node the pods of the tests run on; [`Kubelet`] plays its kubelet.
+const TEST_NODE: &str = "test-node";
 
 /// A kube-sim with its controllers, the WorkerPool CRD, the `demo`
 /// namespace, and the controller under test, which can be stopped and
@@ -63,14 +66,11 @@ impl Cluster {
                     .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
             )
             .try_init();
-        let mut sim = Sim::start(Config::ephemeral()).await.unwrap();
-        let store = sim.store().clone();
-        let shutdown = sim.shutdown_signal();
-        sim.spawn(kube_sim::controller::run(
-            store,
-            kube_sim::controller::Config::fast("node-0"),
-            shutdown,
-        ));
+        let mut config = Config::ephemeral();
+        // New pods go to a node that kube-sim's kubelet stand-in does not
+        // run, so the tests decide when pods become Ready (`Kubelet`).
+        config.controllers.node_name = Some(TEST_NODE.to_string());
+        let sim = Sim::start(config).await.unwrap();
         let client = sim.client().await.unwrap();
 
         let crds = Api::<CustomResourceDefinition>::all(client.clone());
