@@ -2,6 +2,7 @@
 //! simulators most often get wrong.
 
 mod binary;
+mod collect;
 mod images;
 mod kube_rs;
 mod kubectl;

@@ -524,3 +524,57 @@ async fn pitfall_4_old_pods_terminate_with_their_old_image_id() {
         assert_eq!(image_id(p), new_id);
     }
 }
+
+/// A rollout that cannot progress reports `ProgressDeadlineExceeded`, which `kubectl rollout status` turns
+/// into an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_rollout_exceeds_its_progress_deadline() {
+    let registry = Registry::start().await;
+    let sim = registry.sim(|_| {}).await;
+    let store = sim.store().clone();
+    let yaml = deployment_yaml("stuck", 1, &format!("{MIRROR_NAME}/absent:v1")).replace(
+        "spec:\n  replicas",
+        "spec:\n  progressDeadlineSeconds: 1\n  replicas",
+    );
+    let (_dir, path) = manifest(&yaml);
+    kubectl_ok(
+        &sim,
+        &["apply", "--server-side", "-f", path.to_str().unwrap()],
+    )
+    .await;
+    let mut events = watch(&store, &GroupResource::deployments(), None);
+    let timed_out = until(
+        &mut events,
+        DEADLINE,
+        "the progress deadline to pass",
+        |e| {
+            applied(e)
+                .filter(|d| progressing_reason(d) == "ProgressDeadlineExceeded")
+                .cloned()
+        },
+    )
+    .await;
+    let c = condition(&timed_out, "Progressing").unwrap();
+    assert_eq!(c["status"], "False");
+    assert!(
+        c["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("has timed out progressing.")),
+        "{c}"
+    );
+    assert_eq!(
+        condition(&timed_out, "Available").unwrap()["reason"],
+        "MinimumReplicasUnavailable"
+    );
+    let out = crate::kubectl_at(
+        sim.kubeconfig_path(),
+        &["rollout", "status", "deployment/stuck", "--timeout=10s"],
+    )
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("deployment \"stuck\" exceeded its progress deadline"),
+        "{stderr}"
+    );
+}
