@@ -282,6 +282,69 @@ fn prune(v: &mut Value, schema: &Value, path: &str, removed: &mut Vec<String>) {
     }
 }
 
+/// Drops the fields a built-in type does not declare, by decoding the object into its `k8s-openapi` type and
+/// encoding it again (which also normalises values the way the API server does, such as numeric quantities
+/// becoming strings). Returns the removed paths. Objects that do not decode, and types without a mapping,
+/// are left unchanged.
+pub fn prune_built_in(group: &str, plural: &str, obj: &mut Value) -> Vec<String> {
+    use k8s_openapi::api::apps::v1 as apps;
+    use k8s_openapi::api::core::v1 as core;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
+
+    fn round_trip<K: serde::Serialize + serde::de::DeserializeOwned>(v: &Value) -> Option<Value> {
+        let typed: K = serde_json::from_value(v.clone()).ok()?;
+        serde_json::to_value(typed).ok()
+    }
+    let typed = match (group, plural) {
+        ("", "pods") => round_trip::<core::Pod>(obj),
+        ("", "configmaps") => round_trip::<core::ConfigMap>(obj),
+        ("", "secrets") => round_trip::<core::Secret>(obj),
+        ("", "services") => round_trip::<core::Service>(obj),
+        ("", "serviceaccounts") => round_trip::<core::ServiceAccount>(obj),
+        ("", "namespaces") => round_trip::<core::Namespace>(obj),
+        ("", "nodes") => round_trip::<core::Node>(obj),
+        ("", "events") => round_trip::<core::Event>(obj),
+        ("apps", "deployments") => round_trip::<apps::Deployment>(obj),
+        ("apps", "replicasets") => round_trip::<apps::ReplicaSet>(obj),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => {
+            round_trip::<ext::CustomResourceDefinition>(obj)
+        }
+        _ => None,
+    };
+    let Some(typed) = typed else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    removed_paths(obj, &typed, "", &mut removed);
+    *obj = typed;
+    removed
+}
+
+fn removed_paths(before: &Value, after: &Value, path: &str, out: &mut Vec<String>) {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for (k, bv) in b {
+                let child = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match a.get(k) {
+                    None if !bv.is_null() => out.push(child),
+                    None => {}
+                    Some(av) => removed_paths(bv, av, &child, out),
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(a)) if a.len() == b.len() => {
+            for (i, (bv, av)) in b.iter().zip(a).enumerate() {
+                removed_paths(bv, av, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1421,14 +1421,16 @@ impl Store {
         obj: &mut Value,
         validation: FieldValidation,
     ) -> Result<Vec<String>> {
-        if !info.is_custom() {
+        let removed = if info.is_custom() {
+            let Some(schema) = info.schema(info.preferred_version()) else {
+                return Ok(Vec::new());
+            };
+            schema::prune_custom_resource(obj, schema)
+        } else {
+            let removed = schema::prune_built_in(&info.group, &info.plural, obj);
             crate::defaults::apply(&info.group, &info.plural, obj);
-            return Ok(Vec::new());
-        }
-        let Some(schema) = info.schema(info.preferred_version()) else {
-            return Ok(Vec::new());
+            removed
         };
-        let removed = schema::prune_custom_resource(obj, schema);
         if removed.is_empty() {
             return Ok(Vec::new());
         }

@@ -220,3 +220,20 @@ async fn kubectl_get_prints_the_server_side_table_columns() {
         "{namespaces}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_refuses_a_misspelt_field_like_a_real_cluster() {
+    let sim = start().await;
+    let (_dir, path) = manifest(&WEB_DEPLOYMENT.replace("  replicas: 2", "  replcas: 2"));
+    let out = kubectl_at(
+        sim.kubeconfig_path(),
+        &["apply", "--server-side", "-f", path.to_str().unwrap()],
+    )
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unknown field \"spec.replcas\""),
+        "{stderr}"
+    );
+}

@@ -752,3 +752,79 @@ async fn errors_are_status_bodies_and_unauthenticated_requests_get_401() {
     );
     assert_eq!(status["reason"], "Unauthorized");
 }
+
+/// Built-in types drop undeclared fields like the API server, and `fieldValidation=Strict` (kubectl's
+/// default) refuses them, so a typo in a manifest fails here as it would on a real cluster.
+#[tokio::test]
+async fn built_in_objects_drop_unknown_fields_and_strict_validation_rejects_them() {
+    let sim = start().await;
+    let client = sim.client().await.unwrap();
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "typo"}, "data": {"a": "1"}, "dta": {"b": "2"}});
+    let (code, text) = raw(
+        &client,
+        Method::POST,
+        "/api/v1/namespaces/default/configmaps",
+        "application/json",
+        &body.to_string(),
+    )
+    .await;
+    assert_eq!(code, 201, "{text}");
+    let stored = json(&text);
+    assert!(stored.get("dta").is_none(), "{stored}");
+    assert_eq!(stored["data"], json!({"a": "1"}));
+
+    let mut strict = body.clone();
+    strict["metadata"]["name"] = json!("strict");
+    let (code, text) = raw(
+        &client,
+        Method::POST,
+        "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
+        "application/json",
+        &strict.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{text}");
+    assert_eq!(
+        json(&text)["message"],
+        "strict decoding error: unknown field \"dta\""
+    );
+
+    let mut deployment: Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
+    deployment["spec"]["replcas"] = json!(3);
+    deployment["spec"]["template"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"cpu": 1}});
+    let deployments: Api<Deployment> = Api::namespaced(client, "default");
+    let d = deployments
+        .patch(
+            "web",
+            &PatchParams::apply("dev-env"),
+            &Patch::Apply(&deployment),
+        )
+        .await
+        .unwrap();
+    let limits = d.spec.template.spec.unwrap().containers[0]
+        .resources
+        .clone()
+        .unwrap()
+        .limits
+        .unwrap();
+    assert_eq!(
+        limits["cpu"].0, "1",
+        "numeric quantities are stored as strings"
+    );
+    let err = deployments
+        .patch(
+            "web",
+            &PatchParams {
+                field_validation: Some(kube::api::ValidationDirective::Strict),
+                ..PatchParams::apply("dev-env")
+            },
+            &Patch::Apply(&deployment),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 400 && s.message.contains("unknown field \"spec.replcas\"")),
+        "{err:?}"
+    );
+}
