@@ -24,6 +24,9 @@ use crate::meta;
 use crate::resource::GroupResource;
 use crate::store::{self, DeleteOptions, ListOptions, Store, WatchEvent, WriteOptions};
 
+/// The event source of this controller.
+const COMPONENT: &str = "deployment-controller";
+
 /// The label that tells ReplicaSets (and their pods) of one Deployment apart.
 pub const HASH_LABEL: &str = "pod-template-hash";
 /// The revision annotation on Deployments and ReplicaSets.
@@ -344,7 +347,15 @@ impl Rollout<'_> {
             &WriteOptions::manager(MANAGER),
         ) {
             Ok(c) => {
-                tracing::debug!(replicaset = %name, replicas = count, "created new replica set");
+                if count > 0 {
+                    super::record_event(
+                        self.store,
+                        &self.d,
+                        COMPONENT,
+                        "ScalingReplicaSet",
+                        &format!("Scaled up replica set {name} from 0 to {count}"),
+                    );
+                }
                 c
             }
             Err(store::Error::AlreadyExists { .. }) => {
@@ -634,11 +645,17 @@ impl Rollout<'_> {
             }
         }
         if size_changed {
-            tracing::debug!(
-                replicaset = %meta::name_of(rs),
-                from = spec_replicas(rs),
-                to = size,
-                "scaled replica set"
+            let from = spec_replicas(rs);
+            let direction = if size > from { "up" } else { "down" };
+            super::record_event(
+                self.store,
+                &self.d,
+                COMPONENT,
+                "ScalingReplicaSet",
+                &format!(
+                    "Scaled {direction} replica set {} from {from} to {size}",
+                    meta::name_of(rs)
+                ),
             );
         }
         Ok(size_changed)

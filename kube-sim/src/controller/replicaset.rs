@@ -21,6 +21,9 @@ use crate::meta;
 use crate::resource::GroupResource;
 use crate::store::{self, DeleteOptions, ListOptions, Store, WriteOptions};
 
+/// The event source of this controller.
+const COMPONENT: &str = "replicaset-controller";
+
 /// The most pods one sync creates (`BurstReplicas`).
 const BURST_REPLICAS: i64 = 500;
 
@@ -243,9 +246,14 @@ fn manage_replicas(
                     meta::name_of(pod),
                     &opts,
                 ) {
-                    Ok(_) | Err(store::Error::NotFound { .. }) => {
-                        tracing::debug!(pod = %meta::name_of(pod), "deleted surplus pod");
-                    }
+                    Ok(_) => super::record_event(
+                        store,
+                        rs,
+                        COMPONENT,
+                        "SuccessfulDelete",
+                        &format!("Deleted pod: {}", meta::name_of(pod)),
+                    ),
+                    Err(store::Error::NotFound { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -296,7 +304,13 @@ fn create_pod(store: &Store, config: &Config, rs: &Value) -> Result<(), Error> {
             &WriteOptions::manager(MANAGER),
         ) {
             Ok(created) => {
-                tracing::debug!(pod = %meta::name_of(&created), replicaset = %meta::name_of(rs), "created pod");
+                super::record_event(
+                    store,
+                    rs,
+                    COMPONENT,
+                    "SuccessfulCreate",
+                    &format!("Created pod: {}", meta::name_of(&created)),
+                );
                 return Ok(());
             }
             Err(e @ store::Error::AlreadyExists { .. }) => last = Some(e),

@@ -123,6 +123,20 @@ fn first_sync_creates_a_hashed_replica_set_with_annotations() {
     let available = condition(&d, "Available").unwrap();
     assert_eq!(available["status"], "False");
     assert_eq!(available["reason"], reason::MIN_UNAVAILABLE);
+    let events = store
+        .list(
+            &GroupResource::events(),
+            Some("default"),
+            &ListOptions::default(),
+        )
+        .unwrap()
+        .items;
+    assert!(
+        events.iter().any(|e| e["reason"] == "ScalingReplicaSet"
+            && e["message"] == format!("Scaled up replica set web-{hash} from 0 to 3")
+            && e["involvedObject"]["kind"] == "Deployment"),
+        "{events:?}"
+    );
 }
 
 #[test]
@@ -331,4 +345,63 @@ fn templates_compare_without_the_hash_label() {
     assert!(equal_ignore_hash(&a, &b));
     let c = json!({"metadata": {"labels": {"app": "x"}, "annotations": {"kubectl.kubernetes.io/restartedAt": "t"}}, "spec": {"containers": [{"name": "a"}]}});
     assert!(!equal_ignore_hash(&a, &c));
+}
+
+#[test]
+fn a_paused_deployment_only_scales_and_resumes_the_rollout_later() {
+    let store = store();
+    store
+        .create(
+            &GroupResource::deployments(),
+            Some("default"),
+            deployment("web", 2, "nginx:1"),
+            &WriteOptions::manager("test"),
+        )
+        .unwrap();
+    sync_until_quiet(&store, "web");
+    let mut d = get(&store, "web");
+    d["spec"]["paused"] = json!(true);
+    d["spec"]["replicas"] = json!(3);
+    d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:2");
+    store
+        .update(
+            &GroupResource::deployments(),
+            Some("default"),
+            d,
+            &WriteOptions::manager("test"),
+        )
+        .unwrap();
+    sync_until_quiet(&store, "web");
+    let rss = replica_sets(&store);
+    assert_eq!(rss.len(), 1, "no rollout while paused");
+    assert_eq!(spec_replicas(&rss[0]), 3, "but scaling happens");
+    let d = get(&store, "web");
+    let progressing = condition(&d, "Progressing").unwrap();
+    assert_eq!(
+        (
+            progressing["status"].as_str(),
+            progressing["reason"].as_str()
+        ),
+        (Some("Unknown"), Some(reason::PAUSED))
+    );
+
+    let mut d = get(&store, "web");
+    d["spec"]["paused"] = json!(false);
+    store
+        .update(
+            &GroupResource::deployments(),
+            Some("default"),
+            d,
+            &WriteOptions::manager("test"),
+        )
+        .unwrap();
+    sync_until_quiet(&store, "web");
+    let rss = replica_sets(&store);
+    assert_eq!(rss.len(), 2);
+    assert_eq!((spec_replicas(&rss[0]), spec_replicas(&rss[1])), (0, 3));
+    let d = get(&store, "web");
+    assert_eq!(
+        condition(&d, "Progressing").unwrap()["reason"],
+        reason::NEW_RS_AVAILABLE
+    );
 }
