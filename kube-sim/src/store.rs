@@ -459,7 +459,7 @@ impl Store {
                     objects: HashMap::new(),
                     log: VecDeque::new(),
                     compacted_through: 0,
-                    next_service_ip: 1,
+                    next_service_ip: 0,
                 }),
                 changed,
                 logs: RwLock::new(None),

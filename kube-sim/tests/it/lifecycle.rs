@@ -328,6 +328,15 @@ async fn pod_logs_come_from_the_installed_source() {
 }
 
 #[tokio::test]
+async fn the_kubernetes_service_has_the_first_cluster_ip() {
+    let sim = start().await;
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(sim.client().await.unwrap(), "default");
+    let svc = services.get("kubernetes").await.unwrap();
+    assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("10.43.0.1"));
+}
+
+#[tokio::test]
 async fn delete_collection_honours_the_label_selector() {
     let sim = start().await;
     let client = sim.client().await.unwrap();
