@@ -59,6 +59,9 @@ pub enum Error {
     /// The kubelet's registries configuration is unusable.
     #[error(transparent)]
     Kubelet(#[from] kubelet::Error),
+    /// The Docker kubelet cannot reach its engine or network.
+    #[error(transparent)]
+    DockerKubelet(#[from] kubelet::docker::Error),
     /// A client could not be built from the kubeconfig.
     #[error("building a client from {path}")]
     Client {
@@ -97,6 +100,17 @@ pub struct Config {
     pub controllers: controller::Config,
     /// The kubelet stand-in; its mirrors are replaced by `registries` when that is set.
     pub kubelet: kubelet::Config,
+    /// What runs pods: nothing (the virtual kubelet) or a Docker engine.
+    pub kubelet_backend: KubeletBackend,
+}
+
+/// What runs the pods bound to the node (`--kubelet virtual|docker`).
+#[derive(Clone, Debug)]
+pub enum KubeletBackend {
+    /// Pods go through their stages but nothing runs (the default, and what tests without Docker use).
+    Virtual,
+    /// Pods run as containers on a Docker engine.
+    Docker(kubelet::docker::DockerConfig),
 }
 
 impl Config {
@@ -115,6 +129,7 @@ impl Config {
             registries: None,
             controllers: controller::Config::fast(NODE_NAME),
             kubelet: kubelet::Config::fast(NODE_NAME),
+            kubelet_backend: KubeletBackend::Virtual,
         }
     }
 }
@@ -228,13 +243,50 @@ impl Sim {
                 config.controllers.clone(),
                 shutdown_rx.clone(),
             )),
-            tokio::spawn(kubelet::run(
+            tokio::spawn(server::serve(listener, tls_acceptor, state)),
+        ];
+        let mut tasks = tasks;
+        match &config.kubelet_backend {
+            KubeletBackend::Virtual => tasks.push(tokio::spawn(kubelet::run(
                 store.clone(),
                 kubelet_config,
                 shutdown_rx.clone(),
-            )),
-            tokio::spawn(server::serve(listener, tls_acceptor, state)),
-        ];
+            ))),
+            KubeletBackend::Docker(docker) => {
+                let api = kubelet::docker::ApiAccess {
+                    host: docker.api_host.clone().unwrap_or_else(|| {
+                        if addr.ip().is_unspecified() {
+                            kubelet_config.node_name.clone()
+                        } else {
+                            addr.ip().to_string()
+                        }
+                    }),
+                    port: docker.api_port.unwrap_or(addr.port()),
+                    ca_pem: ca_pem.clone().unwrap_or_default(),
+                };
+                let runtime = kubelet::docker::DockerRuntime::new(
+                    store.clone(),
+                    &kubelet_config.node_name,
+                    docker.clone(),
+                    api,
+                    kubelet_config.registries.clone(),
+                )
+                .await;
+                let runtime = match runtime {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = shutdown.send(true);
+                        return Err(e.into());
+                    }
+                };
+                tasks.push(tokio::spawn(kubelet::docker::run(
+                    store.clone(),
+                    kubelet_config,
+                    runtime,
+                    shutdown_rx.clone(),
+                )));
+            }
+        }
         tracing::info!(%url, kubeconfig = %kubeconfig_path.display(), "kube-sim is serving");
         Ok(Sim {
             store,
@@ -311,15 +363,17 @@ impl Sim {
         kube::Client::try_from(config).map_err(|e| wrap(Box::new(e)))
     }
 
-    /// Stops the server and background tasks and waits for them (at most five seconds).
+    /// Stops the server and background tasks and waits for them (at most five seconds, thirty with the
+    /// Docker kubelet, which removes its containers).
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let wait = futures::future::join_all(self.tasks);
-        if tokio::time::timeout(Duration::from_secs(5), wait)
-            .await
-            .is_err()
-        {
-            tracing::warn!("background tasks did not stop within five seconds");
+        let limit = match self.config.kubelet_backend {
+            KubeletBackend::Virtual => Duration::from_secs(5),
+            KubeletBackend::Docker(_) => Duration::from_secs(30),
+        };
+        if tokio::time::timeout(limit, wait).await.is_err() {
+            tracing::warn!(?limit, "background tasks did not stop in time");
         }
     }
 }

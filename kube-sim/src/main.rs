@@ -34,13 +34,68 @@ enum Command {
         /// Serve plain HTTP instead of HTTPS.
         #[arg(long)]
         plain_http: bool,
+        #[command(flatten)]
+        kubelet: KubeletArgs,
     },
-    /// The k3s node contract: `server [--tls-san NAME]... [--disable X]...`; other k3s flags are accepted and ignored.
+    /// The k3s node contract: `server [--tls-san NAME]... [--disable X]...`; other k3s flags are accepted and
+    /// ignored. The kubelet flags (`--kubelet`, `--docker-network`, `--docker-label`) are read too.
     Server {
         /// k3s flags.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+/// What runs pods.
+#[derive(Clone, Copy, Debug, Default, PartialEq, clap::ValueEnum)]
+enum KubeletKind {
+    /// Pods go through their stages; nothing runs.
+    #[default]
+    Virtual,
+    /// Pods run as containers on the Docker engine at `DOCKER_HOST` (a unix socket).
+    Docker,
+}
+
+/// The kubelet flags of both modes.
+#[derive(clap::Args, Debug, Default)]
+struct KubeletArgs {
+    /// What runs pods.
+    #[arg(long, value_enum, default_value_t = KubeletKind::Virtual)]
+    kubelet: KubeletKind,
+    /// The Docker network pod containers join (required with `--kubelet docker`).
+    #[arg(long)]
+    docker_network: Option<String>,
+    /// A label `k=v` put on every pod container (repeatable).
+    #[arg(long = "docker-label")]
+    docker_label: Vec<String>,
+}
+
+impl KubeletArgs {
+    /// The backend, with `api_host` for pods when it is known.
+    fn backend(&self, api_host: Option<String>) -> anyhow::Result<kube_sim::KubeletBackend> {
+        if self.kubelet == KubeletKind::Virtual {
+            return Ok(kube_sim::KubeletBackend::Virtual);
+        }
+        let network = self
+            .docker_network
+            .clone()
+            .context("--kubelet docker needs --docker-network <network>")?;
+        let mut labels = std::collections::BTreeMap::new();
+        for label in &self.docker_label {
+            let (k, v) = label
+                .split_once('=')
+                .with_context(|| format!("--docker-label {label}: expected k=v"))?;
+            labels.insert(k.to_string(), v.to_string());
+        }
+        Ok(kube_sim::KubeletBackend::Docker(
+            kube_sim::kubelet::docker::DockerConfig {
+                network,
+                labels,
+                api_host,
+                api_port: None,
+            },
+        ))
+    }
 }
 
 /// Where k3s reads its registry configuration.
@@ -88,7 +143,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             registries,
             tls_san,
             plain_http,
+            kubelet,
         } => {
+            config.kubelet_backend = kubelet.backend(None)?;
             config.listen = listen;
             config.kubeconfig_out = Some(kubeconfig_out);
             config.registries = registries;
@@ -97,6 +154,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Server { args } => {
             let k3s = parse_k3s_args(&args);
+            let kubelet = KubeletArgs {
+                kubelet: if k3s.kubelet.as_deref() == Some("docker") {
+                    KubeletKind::Docker
+                } else {
+                    KubeletKind::Virtual
+                },
+                docker_network: k3s.docker_network.clone(),
+                docker_label: k3s.docker_labels.clone(),
+            };
             config.listen = SocketAddr::from(([0, 0, 0, 0], k3s.port));
             config.tls_sans = k3s.tls_sans;
             config.kubeconfig_server = Some(format!("https://127.0.0.1:{}", k3s.port));
@@ -116,6 +182,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 config.kubelet.node_name = host.clone();
                 config.controllers.node_name = Some(host);
             }
+            // Pods reach the API server by the node's name on the network, which `--tls-san` names.
+            config.kubelet_backend = kubelet.backend(Some(config.kubelet.node_name.clone()))?;
             if !k3s.disabled.is_empty() {
                 tracing::info!(disabled = ?k3s.disabled, "k3s components are not simulated; --disable has nothing to turn off");
             }
@@ -135,6 +203,9 @@ struct K3sArgs {
     tls_sans: Vec<String>,
     disabled: Vec<String>,
     port: u16,
+    kubelet: Option<String>,
+    docker_network: Option<String>,
+    docker_labels: Vec<String>,
 }
 
 fn parse_k3s_args(args: &[String]) -> K3sArgs {
@@ -142,6 +213,9 @@ fn parse_k3s_args(args: &[String]) -> K3sArgs {
         tls_sans: Vec::new(),
         disabled: Vec::new(),
         port: 6443,
+        kubelet: None,
+        docker_network: None,
+        docker_labels: Vec::new(),
     };
     let mut it = args.iter().peekable();
     while let Some(arg) = it.next() {
@@ -164,6 +238,9 @@ fn parse_k3s_args(args: &[String]) -> K3sArgs {
             ),
             "--disable" => out.disabled.extend(value().split(',').map(str::to_string)),
             "--https-listen-port" => out.port = value().parse().unwrap_or(6443),
+            "--kubelet" => out.kubelet = Some(value()),
+            "--docker-network" => out.docker_network = Some(value()),
+            "--docker-label" => out.docker_labels.push(value()),
             _ => {}
         }
     }

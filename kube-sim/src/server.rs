@@ -257,12 +257,15 @@ async fn handle(state: Arc<ServerState>, req: Request<Incoming>) -> Response<Bod
         }
         _ => {}
     }
+    // Besides the admin token, tokens registered in the store (the service-account tokens the Docker
+    // kubelet hands to pods) authenticate. Authorisation is permissive: every authenticated user may do
+    // everything, so a pod's service account acts with the admin's rights.
     let authorized = req
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t.trim() == state.token);
+        .is_some_and(|t| t.trim() == state.token || state.store.token_user(t.trim()).is_some());
     if !authorized {
         return error_response(&Error::Unauthorized);
     }
@@ -421,7 +424,7 @@ async fn resource_request(
             if let Some(include) = table {
                 return Ok(json_response(
                     StatusCode::OK,
-                    &crate::table::render(&info, &items, metadata, include),
+                    &crate::table::render(&info, &p.version, &items, metadata, include),
                 ));
             }
             Ok(json_response(
@@ -436,7 +439,7 @@ async fn resource_request(
                 let metadata = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion")});
                 return Ok(json_response(
                     StatusCode::OK,
-                    &crate::table::render(&info, &[obj], metadata, include),
+                    &crate::table::render(&info, &p.version, &[obj], metadata, include),
                 ));
             }
             Ok(json_response(
@@ -449,6 +452,31 @@ async fn resource_request(
             Ok(json_response(StatusCode::OK, &scale_of(&obj)))
         }
         (Method::GET, Some(name), Some("log")) => {
+            let options = crate::store::LogOptions {
+                follow: q.get("follow").is_some_and(|v| v == "true" || v == "1"),
+                tail_lines: q.get("tailLines").and_then(|v| v.parse().ok()),
+            };
+            if let Some(stream) =
+                store.pod_log_stream(ns.unwrap_or(""), name, q.get("container"), &options)?
+            {
+                // The body must be `Sync`; a task forwards the stream until the client goes away.
+                let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(16);
+                tokio::spawn(async move {
+                    let mut stream = stream;
+                    while let Some(chunk) = futures::StreamExt::next(&mut stream).await {
+                        if tx.send(Ok(Frame::data(chunk))).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                let frames = futures::stream::unfold(rx, |mut rx| async move {
+                    rx.recv().await.map(|f| (f, rx))
+                });
+                let mut r = Response::new(BodyExt::boxed(StreamBody::new(frames)));
+                r.headers_mut()
+                    .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+                return Ok(r);
+            }
             let text = store.pod_logs(ns.unwrap_or(""), name, q.get("container"))?;
             let mut r = Response::new(full(text));
             r.headers_mut()
@@ -836,7 +864,7 @@ fn start_watch(
                 ) => {
                     let metadata =
                         json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
-                    crate::table::render(&info, std::slice::from_ref(&object), metadata, include)
+                    crate::table::render(&info, &version, std::slice::from_ref(&object), metadata, include)
                 }
                 _ => object,
             };

@@ -29,6 +29,8 @@
 //!   stream. [`Store::compact`] drops the history, which tests use to force that path.
 //! - Errors: [`Error`] maps one-to-one to Kubernetes `Status` bodies ([`Error::status`]).
 //! - Pod logs: [`Store::set_pod_logs`] installs the [`PodLogs`] source behind `GET …/pods/<name>/log`.
+//! - Service-account tokens: [`Store::register_token`] adds a bearer token the API server accepts besides its
+//!   own, mapped to a user name such as `system:serviceaccount:<ns>:<sa>` (the Docker kubelet's pods use them).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -369,7 +371,30 @@ impl WatchEvent {
 pub trait PodLogs: Send + Sync {
     /// The log text of a container of a pod; `container` is `None` when the request named none.
     fn logs(&self, pod: &Value, container: Option<&str>) -> Result<String>;
+
+    /// A streamed log honouring `follow` and `tailLines`, for sources backed by real containers; `None`
+    /// (the default) serves [`PodLogs::logs`] as one body.
+    fn stream(
+        &self,
+        _pod: &Value,
+        _container: Option<&str>,
+        _options: &LogOptions,
+    ) -> Option<Result<LogStream>> {
+        None
+    }
 }
+
+/// The options of a log request that a streaming [`PodLogs`] source honours.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LogOptions {
+    /// Keep the stream open and send new lines as they come.
+    pub follow: bool,
+    /// Only the last lines.
+    pub tail_lines: Option<i64>,
+}
+
+/// A streamed container log.
+pub type LogStream = std::pin::Pin<Box<dyn futures::Stream<Item = bytes::Bytes> + Send>>;
 
 /// Tuning of the store.
 #[derive(Clone, Debug)]
@@ -403,6 +428,7 @@ struct Shared {
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     logs: RwLock<Option<Arc<dyn PodLogs>>>,
+    tokens: RwLock<HashMap<String, String>>,
     config: StoreConfig,
 }
 
@@ -463,6 +489,7 @@ impl Store {
                 }),
                 changed,
                 logs: RwLock::new(None),
+                tokens: RwLock::new(HashMap::new()),
                 config,
             }),
         };
@@ -535,6 +562,54 @@ impl Store {
             Some(s) => s.logs(&pod, container),
             None => Ok(String::new()),
         }
+    }
+
+    /// A streamed log of a pod's container when the installed source streams (see [`PodLogs::stream`]).
+    pub fn pod_log_stream(
+        &self,
+        namespace: &str,
+        name: &str,
+        container: Option<&str>,
+        options: &LogOptions,
+    ) -> Result<Option<LogStream>> {
+        let pod = self.get(&GroupResource::pods(), Some(namespace), name)?;
+        let source = self
+            .shared
+            .logs
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        source
+            .and_then(|s| s.stream(&pod, container, options))
+            .transpose()
+    }
+
+    /// Adds a bearer token that authenticates as `user` (for example `system:serviceaccount:default:default`).
+    pub fn register_token(&self, token: &str, user: &str) {
+        self.shared
+            .tokens
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.to_string(), user.to_string());
+    }
+
+    /// Removes a token added with [`Store::register_token`].
+    pub fn forget_token(&self, token: &str) {
+        self.shared
+            .tokens
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(token);
+    }
+
+    /// The user a registered token authenticates as.
+    pub fn token_user(&self, token: &str) -> Option<String> {
+        self.shared
+            .tokens
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .cloned()
     }
 
     /// The description of a served resource.

@@ -20,6 +20,7 @@
 //!
 //! Pods with no `spec.nodeName` are bound to the node after `start_delay`, standing in for the scheduler.
 
+pub mod docker;
 pub mod logs;
 pub mod reference;
 pub mod registry;
@@ -45,6 +46,9 @@ pub use logs::Logs;
 pub use reference::Reference;
 pub use registry::Registries;
 pub use runtime::{ContainerRuntime, VirtualRuntime};
+
+/// How often the kubelet reads the readiness of a probing runtime's containers.
+const READINESS_POLL: Duration = Duration::from_millis(250);
 
 /// The field manager of kubelet writes.
 pub const MANAGER: &str = "kubelet";
@@ -151,7 +155,10 @@ pub async fn run_with<R: ContainerRuntime>(
     shutdown: watch::Receiver<bool>,
 ) {
     let logs = Arc::new(Logs::new(&config.node_name));
-    store.set_pod_logs(logs.clone());
+    match runtime.pod_logs() {
+        Some(real) => store.set_pod_logs(real),
+        None => store.set_pod_logs(logs.clone()),
+    }
     if let Err(e) = register_node(&store, &config) {
         tracing::warn!(node = %config.node_name, error = %e, "registering the node failed");
     }
@@ -362,7 +369,12 @@ async fn pod_worker<R: ContainerRuntime>(k: Arc<Kubelet<R>>, mut rx: watch::Rece
             .to_string(),
         namespace: meta::namespace_of(&pod).to_string(),
         name: meta::name_of(&pod).to_string(),
-        pod_ip: format!("{}.{}", k.config.pod_network, ip % 250 + 2),
+        // A real runtime reports the address the network gives the container at its start.
+        pod_ip: if k.runtime.is_real() {
+            String::new()
+        } else {
+            format!("{}.{}", k.config.pod_network, ip % 250 + 2)
+        },
         start_time: meta::now_rfc3339(),
         containers: pod
             .pointer("/spec/containers")
@@ -421,7 +433,7 @@ async fn pod_worker<R: ContainerRuntime>(k: Arc<Kubelet<R>>, mut rx: watch::Rece
             _ = sleep => {}
             changed = rx.changed() => {
                 if changed.is_err() {
-                    stop_all(&k, &mut run.containers).await;
+                    stop_all(&k, &mut run.containers, Duration::ZERO).await;
                     return;
                 }
             }
@@ -471,8 +483,21 @@ async fn step<R: ContainerRuntime>(
         if let (Stage::Running { .. }, Some(at)) = (&c.stage, c.ready_at)
             && at <= now
         {
-            c.ready = true;
-            c.ready_at = None;
+            // A probing runtime is asked again after a short while; otherwise the delay has passed.
+            match c
+                .container_id
+                .as_deref()
+                .and_then(|id| k.runtime.readiness(id))
+            {
+                Some(ready) => {
+                    c.ready = ready;
+                    c.ready_at = Some(now + READINESS_POLL);
+                }
+                None => {
+                    c.ready = true;
+                    c.ready_at = None;
+                }
+            }
         }
         if c.next.is_none_or(|t| t > now) && !matches!(c.stage, Stage::Creating) {
             continue;
@@ -578,7 +603,14 @@ async fn start_container<R: ContainerRuntime>(
         .and_then(Value::as_f64)
         .map(|s| Duration::from_secs_f64((s * cfg.probe_scale).max(0.0)))
         .unwrap_or_default();
-    let ready_in = cfg.ready_delay + probe_delay;
+    let ready_in = if k.runtime.is_real() {
+        READINESS_POLL
+    } else {
+        cfg.ready_delay + probe_delay
+    };
+    if let Some(ip) = k.runtime.pod_ip(&id) {
+        run.pod_ip = ip;
+    }
     c.pulled = Some(pulled);
     c.created = true;
     c.container_id = Some(id.clone());
@@ -662,15 +694,22 @@ fn humanize(d: Duration) -> String {
     format!("{}m{}s", s / 60, s % 60)
 }
 
-async fn stop_all<R: ContainerRuntime>(k: &Arc<Kubelet<R>>, containers: &mut [Container]) {
+/// Stops every container of a pod at once, each within `grace`.
+async fn stop_all<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    containers: &mut [Container],
+    grace: Duration,
+) {
+    let mut stops = Vec::new();
     for c in containers.iter_mut() {
         if let Some(w) = c.waiter.take() {
             w.abort();
         }
         if let Some(id) = &c.container_id {
-            k.runtime.stop(id).await;
+            stops.push(k.runtime.stop_within(id, grace));
         }
     }
+    futures::future::join_all(stops).await;
 }
 
 /// Lets a terminating pod go: it stays as it is for `termination_delay` (at most its grace period), then
@@ -685,9 +724,11 @@ async fn terminate<R: ContainerRuntime>(
         .and_then(Value::as_i64)
         .unwrap_or(0)
         .max(0) as u64;
-    let wait = k.config.termination_delay.min(Duration::from_secs(grace));
-    tokio::time::sleep(wait).await;
-    stop_all(k, containers).await;
+    // Real containers take their grace period in the stop itself.
+    if !k.runtime.is_real() {
+        tokio::time::sleep(k.config.termination_delay.min(Duration::from_secs(grace))).await;
+    }
+    stop_all(k, containers, Duration::from_secs(grace)).await;
     let opts = DeleteOptions {
         grace_period_seconds: Some(0),
         uid: meta::str_at(pod, "/metadata/uid").map(str::to_string),

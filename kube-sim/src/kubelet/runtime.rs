@@ -72,6 +72,33 @@ pub trait ContainerRuntime: Send + Sync + 'static {
 
     /// Stops a container.
     fn stop(&self, container_id: &str) -> impl Future<Output = ()> + Send;
+
+    /// Stops a container of a terminating pod, giving it `grace` to exit; the default ignores the grace.
+    fn stop_within(&self, container_id: &str, _grace: Duration) -> impl Future<Output = ()> + Send {
+        self.stop(container_id)
+    }
+
+    /// Whether containers really run: the kubelet then skips its simulated termination delay, and takes
+    /// readiness and the pod IP from [`ContainerRuntime::readiness`] and [`ContainerRuntime::pod_ip`].
+    fn is_real(&self) -> bool {
+        false
+    }
+
+    /// The latest readiness of a started container, for runtimes that probe; `None` means "ready once
+    /// the kubelet's simulated delay has passed".
+    fn readiness(&self, _container_id: &str) -> Option<bool> {
+        None
+    }
+
+    /// The pod IP of a started container, for runtimes that attach containers to a real network.
+    fn pod_ip(&self, _container_id: &str) -> Option<String> {
+        None
+    }
+
+    /// The source of `GET …/log`, for runtimes with real container logs; `None` keeps the kubelet's own.
+    fn pod_logs(&self) -> Option<std::sync::Arc<dyn crate::store::PodLogs>> {
+        None
+    }
 }
 
 /// A runtime that resolves images in real registries and runs nothing.

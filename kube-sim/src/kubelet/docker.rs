@@ -1,0 +1,972 @@
+//! A container runtime backed by a Docker engine: pods run as real containers (`--kubelet docker`).
+//!
+//! The kubelet's stages (pulls and their back-off, restarts, `CrashLoopBackOff`, termination) stay in the
+//! kubelet; this runtime does what a CRI runtime does under it:
+//!
+//! - Pulls go through the engine, which resolves names on its own (host) side. A registry mirror the node
+//!   reaches under an in-network name (`dev-env-registry:5000`) is pulled through another mirror key on
+//!   the engine's loopback with the same endpoint (`localhost:36099`), or through a loopback endpoint.
+//!   `imageID` is the name as written with the repo digest the engine recorded.
+//! - Each pod container is one Docker container on the configured network, named
+//!   `k8s_<container>_<pod>_<namespace>_<uid8>` and labelled with the pod, the node and the configured
+//!   labels. Containers of a pod do not share a network namespace: the pod IP is the address of the
+//!   container started last.
+//! - Before a container starts, a service-account token, `ca.crt` and `namespace` are copied into
+//!   `/var/run/secrets/kubernetes.io/serviceaccount/` (a tar upload, no bind mounts), and
+//!   `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` point at the API server. The token is registered
+//!   in the store as `system:serviceaccount:<namespace>:<name>` while the container exists.
+//! - Readiness and liveness probes (`httpGet`, `tcpSocket`, `exec`) run against the container (see
+//!   [`probe`]); a failed liveness probe kills the container, which the kubelet then restarts.
+//! - `GET …/log` streams the engine's container logs (see [`logs`]).
+//! - At start, containers left by an earlier run with the same node and labels are removed; at shutdown,
+//!   every container this runtime created is removed.
+
+pub mod logs;
+pub mod probe;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
+    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
+    UploadToContainerOptionsBuilder,
+};
+use futures::StreamExt as _;
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::reference::Reference;
+use super::registry::Registries;
+use super::runtime::{ContainerRuntime, Exit, PullError, PulledImage};
+use crate::meta;
+use crate::resource::GroupResource;
+use crate::store::{PodLogs, Store};
+
+/// The label with the node that created a container.
+pub const NODE_LABEL: &str = "kube-sim.node";
+/// The label with the pod's namespace.
+pub const NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
+/// The label with the pod's name.
+pub const POD_LABEL: &str = "io.kubernetes.pod.name";
+/// The label with the pod's uid.
+pub const UID_LABEL: &str = "io.kubernetes.pod.uid";
+/// The label with the container's name in the pod.
+pub const CONTAINER_LABEL: &str = "io.kubernetes.container.name";
+/// Where pods find their service-account credentials.
+pub const SERVICE_ACCOUNT_DIR: &str = "var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The Docker kubelet could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The engine's socket is unusable.
+    #[error("connecting to the Docker engine at {socket}")]
+    Connect {
+        /// The socket path.
+        socket: String,
+        /// The cause.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// The engine did not answer the version negotiation.
+    #[error("the Docker engine at {socket} does not answer")]
+    Negotiate {
+        /// The socket path.
+        socket: String,
+        /// The cause.
+        #[source]
+        source: bollard::errors::Error,
+    },
+    /// The pod network does not exist.
+    #[error(
+        "the Docker network `{network}` for pods does not exist (create it, or pass --docker-network)"
+    )]
+    Network {
+        /// The network.
+        network: String,
+        /// The cause.
+        #[source]
+        source: bollard::errors::Error,
+    },
+}
+
+/// How pods run on the engine. There is no `Default`: fill every field.
+#[derive(Clone, Debug)]
+pub struct DockerConfig {
+    /// The Docker network pods join (the node's own network, so pods reach the API server and the
+    /// registry by name).
+    pub network: String,
+    /// Labels put on every pod container, for example `dev-env.name=<env>`; they also select the
+    /// containers removed at start and shutdown.
+    pub labels: BTreeMap<String, String>,
+    /// `KUBERNETES_SERVICE_HOST` for pods: the API server's name or address on `network`. `None` lets
+    /// [`crate::Sim::start`] pick the listen address, or the node name when listening on all addresses.
+    pub api_host: Option<String>,
+    /// `KUBERNETES_SERVICE_PORT` for pods; `None` uses the port the API server listens on.
+    pub api_port: Option<u16>,
+}
+
+/// What the runtime needs from the simulator besides its configuration.
+#[derive(Clone, Debug)]
+pub struct ApiAccess {
+    /// `KUBERNETES_SERVICE_HOST`.
+    pub host: String,
+    /// `KUBERNETES_SERVICE_PORT`.
+    pub port: u16,
+    /// The API server's CA certificate (PEM), copied into pods as `ca.crt`.
+    pub ca_pem: String,
+}
+
+/// A [`ContainerRuntime`] on a Docker engine. Clones share the same state.
+#[derive(Clone)]
+pub struct DockerRuntime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    docker: Docker,
+    store: Store,
+    node: String,
+    config: DockerConfig,
+    api: ApiAccess,
+    registries: Registries,
+    /// Pulled images by the name shown in status, with the reference the engine knows them by.
+    images: Mutex<HashMap<String, (PulledImage, String)>>,
+    /// Started containers by Docker ID.
+    containers: Mutex<HashMap<String, Started>>,
+    /// The latest container of each pod container, by `(pod uid, container name)`, for logs.
+    latest: Mutex<HashMap<(String, String), String>>,
+}
+
+struct Started {
+    token: String,
+    ip: Option<String>,
+    ready: Arc<AtomicBool>,
+    probes: Vec<JoinHandle<()>>,
+}
+
+/// The engine's socket: `DOCKER_HOST` when it is a `unix://` URL, else the default path.
+fn socket_path() -> String {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|h| h.strip_prefix("unix://").map(str::to_string))
+        .unwrap_or_else(|| "/var/run/docker.sock".to_string())
+}
+
+/// Connects to the engine over its unix socket and negotiates the API version.
+pub async fn connect() -> Result<Docker, Error> {
+    let socket = socket_path();
+    // Pulls and log streams may take long; the timeout covers a whole request.
+    let docker = Docker::connect_with_socket(&socket, 3600, bollard::API_DEFAULT_VERSION).map_err(
+        |source| Error::Connect {
+            socket: socket.clone(),
+            source,
+        },
+    )?;
+    docker
+        .negotiate_version()
+        .await
+        .map_err(|source| Error::Negotiate { socket, source })
+}
+
+impl DockerRuntime {
+    /// Connects to the engine and checks the pod network.
+    pub async fn new(
+        store: Store,
+        node: &str,
+        config: DockerConfig,
+        api: ApiAccess,
+        registries: Registries,
+    ) -> Result<DockerRuntime, Error> {
+        let docker = connect().await?;
+        docker
+            .inspect_network(
+                &config.network,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
+            .await
+            .map_err(|source| Error::Network {
+                network: config.network.clone(),
+                source,
+            })?;
+        Ok(DockerRuntime {
+            inner: Arc::new(Inner {
+                docker,
+                store,
+                node: node.to_string(),
+                config,
+                api,
+                registries,
+                images: Mutex::new(HashMap::new()),
+                containers: Mutex::new(HashMap::new()),
+                latest: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The label filters that select this node's pod containers.
+    fn filters(&self) -> HashMap<String, Vec<String>> {
+        let mut labels = vec![format!("{NODE_LABEL}={}", self.inner.node)];
+        labels.extend(
+            self.inner
+                .config
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}")),
+        );
+        HashMap::from([("label".to_string(), labels)])
+    }
+
+    /// Removes every pod container of this node (with the configured labels); returns how many.
+    pub async fn remove_all(&self) -> usize {
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&self.filters())
+            .build();
+        let found = match self.inner.docker.list_containers(Some(options)).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "listing pod containers failed");
+                return 0;
+            }
+        };
+        let ids: Vec<String> = found.into_iter().filter_map(|c| c.id).collect();
+        let removals = ids.iter().map(|id| self.remove(id));
+        futures::future::join_all(removals).await;
+        ids.len()
+    }
+
+    /// Forgets a container (its probes and token) and removes it by force.
+    async fn remove(&self, id: &str) {
+        self.forget(id);
+        let options = RemoveContainerOptionsBuilder::default().force(true).build();
+        match self.inner.docker.remove_container(id, Some(options)).await {
+            Ok(()) => {}
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {}
+            Err(e) => {
+                tracing::warn!(container = %id, error = %e, "removing a pod container failed")
+            }
+        }
+    }
+
+    fn forget(&self, id: &str) {
+        let started = self
+            .inner
+            .containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id);
+        if let Some(s) = started {
+            for p in s.probes {
+                p.abort();
+            }
+            self.inner.store.forget_token(&s.token);
+        }
+    }
+
+    /// The name the engine pulls for an image: registry mirrors the engine cannot resolve are replaced by
+    /// a loopback mirror key with the same endpoint, or by a loopback endpoint.
+    pub fn engine_reference(&self, image: &Reference) -> String {
+        let domain = engine_domain(&self.inner.registries, &image.domain);
+        let tail = match (&image.digest, &image.tag) {
+            (Some(d), _) => format!("@{d}"),
+            (None, Some(t)) => format!(":{t}"),
+            (None, None) => ":latest".to_string(),
+        };
+        format!("{domain}/{}{tail}", image.path)
+    }
+
+    fn api(&self) -> &ApiAccess {
+        &self.inner.api
+    }
+}
+
+/// Whether a registry host is the engine's loopback.
+fn is_loopback(host: &str) -> bool {
+    let name = host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host);
+    name == "localhost" || name == "127.0.0.1" || name == "[::1]"
+}
+
+/// The registry host the engine pulls from for `domain` (see [`DockerRuntime::engine_reference`]).
+pub fn engine_domain(registries: &Registries, domain: &str) -> String {
+    if is_loopback(domain) {
+        return domain.to_string();
+    }
+    let Some(mirror) = registries.mirrors.get(domain) else {
+        return domain.to_string();
+    };
+    let same_endpoint = registries.mirrors.iter().find(|(key, m)| {
+        is_loopback(key) && m.endpoint.iter().any(|e| mirror.endpoint.contains(e))
+    });
+    if let Some((key, _)) = same_endpoint {
+        return key.clone();
+    }
+    for endpoint in &mirror.endpoint {
+        let host = endpoint
+            .trim_start_matches("http://")
+            .trim_start_matches("https://")
+            .split('/')
+            .next()
+            .unwrap_or("");
+        if is_loopback(host) {
+            return host.to_string();
+        }
+    }
+    domain.to_string()
+}
+
+/// The container name `docker ps` shows for a pod container.
+pub fn container_name(pod: &Value, container: &str) -> String {
+    let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("");
+    format!(
+        "k8s_{container}_{}_{}_{}",
+        meta::name_of(pod),
+        meta::namespace_of(pod),
+        &uid[..uid.len().min(8)]
+    )
+}
+
+/// A message from an engine error: the daemon's own words when it sent some.
+fn engine_message(e: &bollard::errors::Error) -> String {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+        bollard::errors::Error::DockerStreamError { error } => error.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl ContainerRuntime for DockerRuntime {
+    async fn pull(&self, image: &Reference) -> Result<PulledImage, PullError> {
+        let shown = image.familiar_with_tag();
+        let engine_ref = self.engine_reference(image);
+        tracing::info!(image = %shown, pull = %engine_ref, "pulling");
+        let options = CreateImageOptionsBuilder::default()
+            .from_image(&engine_ref)
+            .build();
+        let mut stream = self.inner.docker.create_image(Some(options), None, None);
+        while let Some(step) = stream.next().await {
+            let failure = match step {
+                Ok(info) => info.error_detail.and_then(|d| d.message),
+                Err(e) => Some(engine_message(&e)),
+            };
+            if let Some(message) = failure {
+                return Err(PullError {
+                    message: format!(
+                        "failed to pull image \"{shown}\" (as \"{engine_ref}\"): {message}"
+                    ),
+                });
+            }
+        }
+        let inspected = self
+            .inner
+            .docker
+            .inspect_image(&engine_ref)
+            .await
+            .map_err(|e| PullError {
+                message: format!(
+                    "the pulled image \"{engine_ref}\" cannot be inspected: {}",
+                    engine_message(&e)
+                ),
+            })?;
+        let engine_name = engine_ref
+            .split_once('@')
+            .map(|(n, _)| n)
+            .unwrap_or_else(|| {
+                let last_slash = engine_ref.rfind('/').unwrap_or(0);
+                match engine_ref[last_slash..].rfind(':') {
+                    Some(i) => &engine_ref[..last_slash + i],
+                    None => &engine_ref,
+                }
+            })
+            .to_string();
+        let repo_digest = inspected
+            .repo_digests
+            .unwrap_or_default()
+            .into_iter()
+            .find_map(|d| {
+                let (name, digest) = d.split_once('@')?;
+                (name == engine_name
+                    || Reference::parse(name).is_ok_and(|r| {
+                        Reference::parse(&engine_name).is_ok_and(|e| e.name() == r.name())
+                    }))
+                .then(|| digest.to_string())
+            });
+        let (image_id, run_ref) = match (&image.digest, repo_digest) {
+            (Some(d), _) => (image.image_id(d), format!("{engine_name}@{d}")),
+            (None, Some(d)) => (image.image_id(&d), format!("{engine_name}@{d}")),
+            // An image without a repo digest is reported by its config digest, as containerd does.
+            (None, None) => (inspected.id.clone().unwrap_or_default(), engine_ref.clone()),
+        };
+        let labels = inspected
+            .config
+            .and_then(|c| c.labels)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let pulled = PulledImage {
+            image: shown.clone(),
+            image_id,
+            labels,
+        };
+        self.inner
+            .images
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(shown, (pulled.clone(), run_ref));
+        Ok(pulled)
+    }
+
+    fn cached(&self, image: &Reference) -> Option<PulledImage> {
+        self.inner
+            .images
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&image.familiar_with_tag())
+            .map(|(p, _)| p.clone())
+    }
+
+    async fn start(
+        &self,
+        pod: &Value,
+        container: &Value,
+        image: &PulledImage,
+    ) -> Result<String, String> {
+        let run_ref = self
+            .inner
+            .images
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&image.image)
+            .map(|(_, r)| r.clone())
+            .unwrap_or_else(|| image.image.clone());
+        let container_name_in_pod = container["name"].as_str().unwrap_or("").to_string();
+        let name = container_name(pod, &container_name_in_pod);
+        // The previous container of a restarted one goes first; its name is taken.
+        self.remove(&name).await;
+        let ns = meta::namespace_of(pod).to_string();
+        let service_account = meta::str_at(pod, "/spec/serviceAccountName")
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default")
+            .to_string();
+        let env = environment(&self.inner.store, pod, container, self.api())?;
+        let mut labels: HashMap<String, String> = self
+            .inner
+            .config
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        labels.insert(NODE_LABEL.into(), self.inner.node.clone());
+        labels.insert(NAMESPACE_LABEL.into(), ns.clone());
+        labels.insert(POD_LABEL.into(), meta::name_of(pod).to_string());
+        labels.insert(
+            UID_LABEL.into(),
+            meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string(),
+        );
+        labels.insert(CONTAINER_LABEL.into(), container_name_in_pod.clone());
+        let ports: Vec<String> = container["ports"]
+            .as_array()
+            .map(|ps| {
+                ps.iter()
+                    .filter_map(|p| {
+                        let port = p["containerPort"].as_i64()?;
+                        let proto = p["protocol"].as_str().unwrap_or("TCP").to_lowercase();
+                        Some(format!("{port}/{proto}"))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let strings = |v: &Value| {
+            v.as_array().map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_string))
+                    .collect()
+            })
+        };
+        let hostname: String = meta::name_of(pod).chars().take(63).collect();
+        let body = ContainerCreateBody {
+            image: Some(run_ref),
+            hostname: Some(hostname),
+            entrypoint: strings(&container["command"]),
+            cmd: strings(&container["args"]),
+            env: Some(env),
+            working_dir: container["workingDir"].as_str().map(str::to_string),
+            labels: Some(labels),
+            exposed_ports: (!ports.is_empty()).then_some(ports),
+            host_config: Some(HostConfig {
+                network_mode: Some(self.inner.config.network.clone()),
+                ..HostConfig::default()
+            }),
+            networking_config: Some(NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(
+                    self.inner.config.network.clone(),
+                    EndpointSettings {
+                        aliases: Some(vec![meta::name_of(pod).to_string()]),
+                        ..EndpointSettings::default()
+                    },
+                )])),
+            }),
+            ..ContainerCreateBody::default()
+        };
+        let options = CreateContainerOptionsBuilder::default().name(&name).build();
+        let created = self
+            .inner
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| format!("failed to create container {name}: {}", engine_message(&e)))?;
+        let id = created.id;
+        let token = meta::random_hex(32);
+        let archive = service_account_tar(&token, &self.api().ca_pem, &ns)
+            .map_err(|e| format!("failed to pack the service-account files: {e}"))?;
+        self.inner.store.register_token(
+            &token,
+            &format!("system:serviceaccount:{ns}:{service_account}"),
+        );
+        let ready = Arc::new(AtomicBool::new(false));
+        self.inner
+            .containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                id.clone(),
+                Started {
+                    token,
+                    ip: None,
+                    ready: ready.clone(),
+                    probes: Vec::new(),
+                },
+            );
+        let upload = UploadToContainerOptionsBuilder::default().path("/").build();
+        if let Err(e) = self
+            .inner
+            .docker
+            .upload_to_container(&id, Some(upload), bollard::body_full(archive.into()))
+            .await
+        {
+            self.remove(&id).await;
+            return Err(format!(
+                "failed to copy the service-account files into {name}: {}",
+                engine_message(&e)
+            ));
+        }
+        if let Err(e) = self.inner.docker.start_container(&id, None).await {
+            self.remove(&id).await;
+            return Err(format!(
+                "failed to start container {name}: {}",
+                engine_message(&e)
+            ));
+        }
+        let ip = self
+            .inner
+            .docker
+            .inspect_container(&id, None)
+            .await
+            .ok()
+            .and_then(|c| c.network_settings?.networks)
+            .and_then(|n| n.get(&self.inner.config.network)?.ip_address.clone())
+            .filter(|ip| !ip.is_empty());
+        let target = probe::Target {
+            docker: self.inner.docker.clone(),
+            container_id: id.clone(),
+            ip: ip.clone(),
+            container: container.clone(),
+        };
+        let mut probes = Vec::new();
+        match container.get("readinessProbe") {
+            Some(spec) => probes.push(tokio::spawn(probe::readiness(
+                target.clone(),
+                spec.clone(),
+                ready.clone(),
+            ))),
+            None => ready.store(true, Ordering::SeqCst),
+        }
+        if let Some(spec) = container.get("livenessProbe") {
+            probes.push(tokio::spawn(probe::liveness(target, spec.clone())));
+        }
+        if let Some(s) = self
+            .inner
+            .containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&id)
+        {
+            s.ip = ip;
+            s.probes = probes;
+        }
+        self.inner
+            .latest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(
+                (
+                    meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string(),
+                    container_name_in_pod,
+                ),
+                id.clone(),
+            );
+        tracing::info!(container = %name, id = %&id[..12.min(id.len())], "started");
+        Ok(format!("docker://{id}"))
+    }
+
+    async fn wait(&self, container_id: &str) -> Exit {
+        let id = container_id.trim_start_matches("docker://");
+        loop {
+            let mut stream = self
+                .inner
+                .docker
+                .wait_container(id, None::<bollard::query_parameters::WaitContainerOptions>);
+            let code = match stream.next().await {
+                Some(Ok(r)) => Some(r.status_code),
+                Some(Err(bollard::errors::Error::DockerContainerWaitError { code, .. })) => {
+                    Some(code)
+                }
+                _ => None,
+            };
+            let state = self
+                .inner
+                .docker
+                .inspect_container(id, None)
+                .await
+                .ok()
+                .and_then(|c| c.state);
+            let running = state.as_ref().and_then(|s| s.running).unwrap_or(false);
+            if running {
+                // The wait request ended early (a timeout); the container still runs.
+                continue;
+            }
+            let code = code
+                .or_else(|| state.as_ref().and_then(|s| s.exit_code))
+                .unwrap_or(137);
+            let oom = state.and_then(|s| s.oom_killed).unwrap_or(false);
+            let reason = if oom {
+                "OOMKilled"
+            } else if code == 0 {
+                "Completed"
+            } else {
+                "Error"
+            };
+            return Exit {
+                code: code as i32,
+                reason: reason.to_string(),
+            };
+        }
+    }
+
+    async fn stop(&self, container_id: &str) {
+        self.stop_within(container_id, Duration::ZERO).await;
+    }
+
+    async fn stop_within(&self, container_id: &str, grace: Duration) {
+        let id = container_id.trim_start_matches("docker://");
+        if let Some(s) = self
+            .inner
+            .containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(id)
+        {
+            for p in s.probes.drain(..) {
+                p.abort();
+            }
+        }
+        let options = StopContainerOptionsBuilder::default()
+            .t(grace.as_secs().min(i32::MAX as u64) as i32)
+            .build();
+        if let Err(e) = self.inner.docker.stop_container(id, Some(options)).await {
+            tracing::debug!(container = %id, error = %e, "stopping a pod container failed");
+        }
+        self.remove(id).await;
+    }
+
+    fn is_real(&self) -> bool {
+        true
+    }
+
+    fn readiness(&self, container_id: &str) -> Option<bool> {
+        let id = container_id.trim_start_matches("docker://");
+        self.inner
+            .containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .map(|s| s.ready.load(Ordering::SeqCst))
+    }
+
+    fn pod_ip(&self, container_id: &str) -> Option<String> {
+        let id = container_id.trim_start_matches("docker://");
+        self.inner
+            .containers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .and_then(|s| s.ip.clone())
+    }
+
+    fn pod_logs(&self) -> Option<Arc<dyn PodLogs>> {
+        Some(Arc::new(logs::DockerLogs::new(
+            self.inner.docker.clone(),
+            self.inner.node.clone(),
+            self.clone(),
+        )))
+    }
+}
+
+impl DockerRuntime {
+    /// The Docker ID of the latest container of a pod container.
+    fn latest(&self, pod_uid: &str, container: &str) -> Option<String> {
+        self.inner
+            .latest
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(pod_uid.to_string(), container.to_string()))
+            .cloned()
+    }
+
+    /// Kills a container whose liveness probe failed; the kubelet sees it exit and restarts it.
+    async fn kill(docker: &Docker, id: &str) {
+        let options = KillContainerOptionsBuilder::default()
+            .signal("SIGKILL")
+            .build();
+        if let Err(e) = docker.kill_container(id, Some(options)).await {
+            tracing::debug!(container = %id, error = %e, "killing a pod container failed");
+        }
+    }
+}
+
+/// Runs the kubelet on a Docker engine until `shutdown` flips, then removes the pod containers.
+pub async fn run(
+    store: Store,
+    config: super::Config,
+    runtime: DockerRuntime,
+    shutdown: watch::Receiver<bool>,
+) {
+    let removed = runtime.remove_all().await;
+    if removed > 0 {
+        tracing::info!(removed, "removed pod containers of an earlier run");
+    }
+    super::run_with(store, config, runtime.clone(), shutdown).await;
+    let removed = runtime.remove_all().await;
+    tracing::info!(removed, "removed pod containers at shutdown");
+}
+
+/// The container's environment: the API server's address, then `envFrom`, then `env` (later wins).
+fn environment(
+    store: &Store,
+    pod: &Value,
+    container: &Value,
+    api: &ApiAccess,
+) -> Result<Vec<String>, String> {
+    let ns = meta::namespace_of(pod);
+    let mut vars: Vec<(String, String)> = vec![
+        ("KUBERNETES_SERVICE_HOST".into(), api.host.clone()),
+        ("KUBERNETES_SERVICE_PORT".into(), api.port.to_string()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS".into(), api.port.to_string()),
+        (
+            "KUBERNETES_PORT".into(),
+            format!("tcp://{}:{}", api.host, api.port),
+        ),
+    ];
+    let mut set = |k: String, v: String| {
+        vars.retain(|(name, _)| *name != k);
+        vars.push((k, v));
+    };
+    let data = |resource: &str, name: &str| -> Option<BTreeMap<String, String>> {
+        let obj = store
+            .get(&GroupResource::new("", resource), Some(ns), name)
+            .ok()?;
+        let mut out = BTreeMap::new();
+        if let Some(d) = obj["data"].as_object() {
+            for (k, v) in d {
+                let text = v.as_str().unwrap_or("");
+                let value = if resource == "secrets" {
+                    base64::engine::general_purpose::STANDARD
+                        .decode(text)
+                        .ok()
+                        .map(|b| String::from_utf8_lossy(&b).into_owned())
+                        .unwrap_or_default()
+                } else {
+                    text.to_string()
+                };
+                out.insert(k.clone(), value);
+            }
+        }
+        if let Some(d) = obj["stringData"].as_object() {
+            for (k, v) in d {
+                out.insert(k.clone(), v.as_str().unwrap_or("").to_string());
+            }
+        }
+        Some(out)
+    };
+    if let Some(from) = container["envFrom"].as_array() {
+        for e in from {
+            let prefix = e["prefix"].as_str().unwrap_or("");
+            for (field, resource) in [("configMapRef", "configmaps"), ("secretRef", "secrets")] {
+                let Some(src) = e.get(field) else { continue };
+                let name = src["name"].as_str().unwrap_or("");
+                match data(resource, name) {
+                    Some(values) => {
+                        for (k, v) in values {
+                            set(format!("{prefix}{k}"), v);
+                        }
+                    }
+                    None if src["optional"] == true => {}
+                    None => return Err(format!("{resource} \"{name}\" not found")),
+                }
+            }
+        }
+    }
+    if let Some(env) = container["env"].as_array() {
+        for e in env {
+            let name = e["name"].as_str().unwrap_or("").to_string();
+            if let Some(v) = e["value"].as_str() {
+                set(name, v.to_string());
+                continue;
+            }
+            let Some(from) = e.get("valueFrom") else {
+                set(name, String::new());
+                continue;
+            };
+            if let Some(path) = from.pointer("/fieldRef/fieldPath").and_then(Value::as_str) {
+                let value = match path {
+                    "metadata.name" => meta::name_of(pod).to_string(),
+                    "metadata.namespace" => ns.to_string(),
+                    "metadata.uid" => meta::str_at(pod, "/metadata/uid").unwrap_or("").into(),
+                    "spec.nodeName" => meta::str_at(pod, "/spec/nodeName").unwrap_or("").into(),
+                    "spec.serviceAccountName" => meta::str_at(pod, "/spec/serviceAccountName")
+                        .unwrap_or("default")
+                        .into(),
+                    // Docker assigns the address at the start, so a container sees the pod IP an
+                    // earlier container of the pod got (after a restart, or for a second container).
+                    "status.podIP" => meta::str_at(pod, "/status/podIP").unwrap_or("").into(),
+                    "status.hostIP" => meta::str_at(pod, "/status/hostIP").unwrap_or("").into(),
+                    other => {
+                        let label = other
+                            .strip_prefix("metadata.labels['")
+                            .map(|l| ("labels", l))
+                            .or_else(|| {
+                                other
+                                    .strip_prefix("metadata.annotations['")
+                                    .map(|a| ("annotations", a))
+                            });
+                        match label {
+                            Some((field, key)) => pod["metadata"][field]
+                                [key.trim_end_matches("']")]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_string(),
+                            None => String::new(),
+                        }
+                    }
+                };
+                set(name, value);
+                continue;
+            }
+            for (field, resource) in [
+                ("configMapKeyRef", "configmaps"),
+                ("secretKeyRef", "secrets"),
+            ] {
+                let Some(src) = from.get(field) else { continue };
+                let obj = src["name"].as_str().unwrap_or("");
+                let key = src["key"].as_str().unwrap_or("");
+                match data(resource, obj).and_then(|d| d.get(key).cloned()) {
+                    Some(v) => set(name.clone(), v),
+                    None if src["optional"] == true => {}
+                    None => {
+                        return Err(format!("couldn't find key {key} in {resource} {ns}/{obj}"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(vars.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
+}
+
+/// A tar with the service-account directory: `token`, `ca.crt` and `namespace`.
+fn service_account_tar(token: &str, ca_pem: &str, namespace: &str) -> std::io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    let mut path = String::new();
+    for part in SERVICE_ACCOUNT_DIR.split('/') {
+        path.push_str(part);
+        path.push('/');
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Directory);
+        header.set_mode(0o755);
+        header.set_size(0);
+        header.set_cksum();
+        builder.append_data(&mut header, &path, std::io::empty())?;
+    }
+    for (name, contents) in [
+        ("token", token),
+        ("ca.crt", ca_pem),
+        ("namespace", namespace),
+    ] {
+        let mut header = tar::Header::new_gnu();
+        header.set_mode(0o644);
+        header.set_size(contents.len() as u64);
+        header.set_cksum();
+        builder.append_data(
+            &mut header,
+            format!("{SERVICE_ACCOUNT_DIR}/{name}"),
+            contents.as_bytes(),
+        )?;
+    }
+    builder.into_inner()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registries(yaml: &str) -> Registries {
+        Registries::from_yaml(yaml).unwrap()
+    }
+
+    #[test]
+    fn an_in_network_mirror_is_pulled_through_the_loopback_key_with_the_same_endpoint() {
+        let r = registries(
+            "mirrors:\n  \"dev-env-registry:5000\":\n    endpoint: [\"http://dev-env-registry:5000\"]\n  \"localhost:36099\":\n    endpoint: [\"http://dev-env-registry:5000\"]\n",
+        );
+        assert_eq!(
+            engine_domain(&r, "dev-env-registry:5000"),
+            "localhost:36099"
+        );
+        assert_eq!(engine_domain(&r, "localhost:36099"), "localhost:36099");
+        assert_eq!(engine_domain(&r, "ghcr.io"), "ghcr.io");
+    }
+
+    #[test]
+    fn a_loopback_endpoint_is_used_when_no_loopback_key_matches() {
+        let r =
+            registries("mirrors:\n  \"reg:5000\":\n    endpoint: [\"http://127.0.0.1:5001\"]\n");
+        assert_eq!(engine_domain(&r, "reg:5000"), "127.0.0.1:5001");
+    }
+
+    #[test]
+    fn the_service_account_tar_holds_the_three_files() {
+        let tar = service_account_tar("t0k", "PEM", "ns1").unwrap();
+        let mut archive = tar::Archive::new(tar.as_slice());
+        let files: Vec<String> = archive
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .filter(|p| !p.ends_with('/'))
+            .collect();
+        assert_eq!(
+            files,
+            [
+                format!("{SERVICE_ACCOUNT_DIR}/token"),
+                format!("{SERVICE_ACCOUNT_DIR}/ca.crt"),
+                format!("{SERVICE_ACCOUNT_DIR}/namespace"),
+            ]
+        );
+    }
+}

@@ -1,0 +1,763 @@
+//! The Docker kubelet against the real engine: images built here `FROM scratch` from a tiny static binary,
+//! pushed to a real registry on loopback and pulled through a `registries.yaml` that names it by an
+//! in-network name, as the `sim` provider does. Every Docker object a test makes has a unique name and is
+//! removed by a drop guard.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use futures::AsyncBufReadExt as _;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{LogParams, PostParams};
+use kube_sim::kubelet::docker::DockerConfig;
+use kube_sim::store::Store;
+use kube_sim::{Config, GroupResource, KubeletBackend, Sim};
+use serde_json::{Value, json};
+
+use crate::oci::Registry;
+use crate::rollout::{applied, until, watch};
+use crate::{kubectl_ok, manifest};
+
+/// How long a wait on the engine may take (pulls, starts, probes, restarts).
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// How long building the test binary may take.
+const BUILD_DEADLINE: Duration = Duration::from_secs(600);
+
+/// The in-network name the pods use for the registry; only the node's `registries.yaml` knows it.
+const REGISTRY_NAME: &str = "kube-sim-it-registry:5000";
+
+/// The label that marks this test run's pod containers.
+const TEST_LABEL: &str = "kube-sim-it";
+
+/// A tiny HTTP server: `/healthz` answers 503 until `READY_AFTER_MS` passed, then 200. It prints its
+/// environment and whether the API server's address answers; with the argument `crash` it exits 1.
+const APP: &str = r#"
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_default()
+}
+
+fn main() {
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    println!(
+        "hello from {} greeting={} secret={} ns={} sa={}",
+        env("POD_NAME"), env("GREETING"), env("SECRET"), env("POD_NAMESPACE"), env("SA")
+    );
+    let api = format!("{}:{}", env("KUBERNETES_SERVICE_HOST"), env("KUBERNETES_SERVICE_PORT"));
+    let reachable = api
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .and_then(|a| TcpStream::connect_timeout(&a, Duration::from_secs(3)).ok())
+        .is_some();
+    println!("api {api} reachable={reachable}");
+    let dir = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let ns = std::fs::read_to_string(format!("{dir}/namespace")).unwrap_or_default();
+    let token = std::fs::read_to_string(format!("{dir}/token")).unwrap_or_default();
+    let ca = std::fs::read_to_string(format!("{dir}/ca.crt")).unwrap_or_default();
+    println!("serviceaccount namespace={ns} token={} ca={}", !token.is_empty(), ca.contains("BEGIN CERTIFICATE"));
+    if mode == "crash" {
+        eprintln!("crashing now");
+        std::process::exit(1);
+    }
+    let ready_after = Duration::from_millis(env("READY_AFTER_MS").parse().unwrap_or(0));
+    let start = Instant::now();
+    let listener = TcpListener::bind("0.0.0.0:8080").expect("port 8080");
+    println!("listening on 8080");
+    for stream in listener.incoming() {
+        let Ok(mut stream) = stream else { continue };
+        let mut buf = [0u8; 2048];
+        let n = stream.read(&mut buf).unwrap_or(0);
+        let request = String::from_utf8_lossy(&buf[..n]);
+        let path = request.split_whitespace().nth(1).unwrap_or("/").to_string();
+        let (code, body) = if path == "/healthz" && start.elapsed() < ready_after {
+            ("503 Service Unavailable", "starting")
+        } else {
+            ("200 OK", "ok")
+        };
+        let _ = write!(stream, "HTTP/1.1 {code}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+    }
+}
+"#;
+
+/// Runs a command within a deadline; panics (never skips) when it cannot run.
+async fn run(program: &str, args: &[&str], envs: &[(&str, &str)], deadline: Duration) -> Output {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let shown = format!("{program} {}", args.join(" "));
+    tokio::time::timeout(
+        deadline,
+        tokio::task::spawn_blocking(move || cmd.output()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("`{shown}` did not finish within {deadline:?}"))
+    .expect("the command task does not panic")
+    .unwrap_or_else(|e| panic!("`{shown}` cannot run (the Docker tests need the docker CLI and a running engine): {e}"))
+}
+
+/// Runs `docker …` and requires success, returning stdout.
+async fn docker_ok(args: &[&str]) -> String {
+    let out = run("docker", args, &[("DOCKER_BUILDKIT", "0")], BUILD_DEADLINE).await;
+    assert!(
+        out.status.success(),
+        "docker {args:?} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Best-effort `docker …` for clean-up in `Drop`.
+fn docker_quiet(args: &[&str]) {
+    let _ = Command::new("docker").args(args).output();
+}
+
+/// Builds the test binary once per target directory (cargo skips the work when nothing changed).
+async fn build_app() -> PathBuf {
+    let root = std::env::temp_dir().join("kube-sim-docker-it");
+    let src = root.join("app/src");
+    std::fs::create_dir_all(&src).expect("the app directory");
+    let write_if_changed = |path: PathBuf, contents: &str| {
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(contents) {
+            std::fs::write(&path, contents).expect("an app file is written");
+        }
+    };
+    write_if_changed(
+        root.join("app/Cargo.toml"),
+        "[package]\nname = \"kube-sim-it-app\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[workspace]\n\n[profile.release]\nopt-level = \"s\"\n",
+    );
+    write_if_changed(src.join("main.rs"), APP);
+    let manifest = root.join("app/Cargo.toml");
+    let target_dir = root.join("target");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let out = run(
+        &cargo,
+        &[
+            "build",
+            "--release",
+            "--quiet",
+            "--target",
+            "x86_64-unknown-linux-gnu",
+            "--manifest-path",
+            manifest.to_str().expect("a UTF-8 path"),
+        ],
+        &[
+            ("RUSTFLAGS", "-C target-feature=+crt-static"),
+            (
+                "CARGO_TARGET_DIR",
+                target_dir.to_str().expect("a UTF-8 path"),
+            ),
+        ],
+        BUILD_DEADLINE,
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "building the test binary failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    target_dir.join("x86_64-unknown-linux-gnu/release/kube-sim-it-app")
+}
+
+/// The Docker objects of one test: a network, a registry with images, the names to untag at the end.
+struct Fixture {
+    id: String,
+    network: String,
+    gateway: String,
+    registry: Registry,
+    images: Vec<String>,
+    _context: tempfile::TempDir,
+}
+
+impl Fixture {
+    /// A network and a registry, with the test app pushed as `demo/app:v1` (serving) and `demo/crash:v1`
+    /// (exiting 1).
+    async fn start() -> Fixture {
+        let app = build_app().await;
+        let id = kube_sim::meta::random_hex(6);
+        let network = format!("kube-sim-it-{id}");
+        docker_ok(&[
+            "network",
+            "create",
+            "--label",
+            &format!("{TEST_LABEL}={id}"),
+            &network,
+        ])
+        .await;
+        let registry = Registry::start().await;
+        let context = tempfile::tempdir().expect("a build context");
+        std::fs::copy(&app, context.path().join("app")).expect("the binary is copied");
+        let mut fixture = Fixture {
+            gateway: String::new(),
+            id,
+            network,
+            registry,
+            images: Vec::new(),
+            _context: context,
+        };
+        fixture.gateway = docker_ok(&[
+            "network",
+            "inspect",
+            "--format",
+            "{{(index .IPAM.Config 0).Gateway}}",
+            &fixture.network,
+        ])
+        .await
+        .trim()
+        .to_string();
+        assert!(!fixture.gateway.is_empty(), "the network has a gateway");
+        for (repo, cmd) in [("demo/app", "serve"), ("demo/crash", "crash")] {
+            fixture.build_and_push(repo, cmd).await;
+        }
+        fixture
+    }
+
+    async fn build_and_push(&mut self, repo: &str, cmd: &str) {
+        let dir = self._context.path();
+        std::fs::write(
+            dir.join("Dockerfile"),
+            format!("FROM scratch\nCOPY app /app\nENTRYPOINT [\"/app\"]\nCMD [\"{cmd}\"]\n"),
+        )
+        .expect("the Dockerfile is written");
+        let tag = format!("127.0.0.1:{}/{repo}:v1", self.registry.port);
+        self.images.push(tag.clone());
+        docker_ok(&[
+            "build",
+            "--quiet",
+            "-t",
+            &tag,
+            dir.to_str().expect("a UTF-8 path"),
+        ])
+        .await;
+        docker_ok(&["push", &tag]).await;
+    }
+
+    /// The manifest digest the registry serves for `repo:v1`.
+    async fn registry_digest(&self, repo: &str) -> String {
+        let out = run(
+            "curl",
+            &[
+                "-sSfI",
+                "-H",
+                "Accept: application/vnd.docker.distribution.manifest.v2+json",
+                "-H",
+                "Accept: application/vnd.oci.image.manifest.v1+json",
+                &format!(
+                    "http://127.0.0.1:{}/v2/{repo}/manifests/v1",
+                    self.registry.port
+                ),
+            ],
+            &[],
+            DEADLINE,
+        )
+        .await;
+        let headers = String::from_utf8_lossy(&out.stdout).into_owned();
+        headers
+            .lines()
+            .find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("docker-content-digest")
+                    .then(|| v.trim().to_string())
+            })
+            .unwrap_or_else(|| panic!("the registry names no digest for {repo}: {headers}"))
+    }
+
+    /// The image as pods write it.
+    fn image(&self, repo: &str) -> String {
+        format!("{REGISTRY_NAME}/{repo}:v1")
+    }
+
+    /// A simulator with the Docker kubelet on this network, listening on the network's gateway so pods
+    /// reach the API server, with the registry mapped like the `sim` provider maps it.
+    async fn sim(&self) -> Sim {
+        let registries = self._context.path().join("registries.yaml");
+        let endpoint = format!("http://{REGISTRY_NAME}");
+        std::fs::write(
+            &registries,
+            format!(
+                "mirrors:\n  \"{REGISTRY_NAME}\":\n    endpoint: [\"{endpoint}\"]\n  \"localhost:{}\":\n    endpoint: [\"{endpoint}\"]\n",
+                self.registry.port
+            ),
+        )
+        .expect("registries.yaml is written");
+        let mut config = Config::ephemeral();
+        config.listen = format!("{}:0", self.gateway).parse().expect("an address");
+        config.registries = Some(registries);
+        config.kubelet_backend = KubeletBackend::Docker(DockerConfig {
+            network: self.network.clone(),
+            labels: BTreeMap::from([(TEST_LABEL.to_string(), self.id.clone())]),
+            api_host: None,
+            api_port: None,
+        });
+        crate::start_with(config).await
+    }
+
+    /// The IDs of every container (running or not) with this test's label.
+    async fn containers(&self) -> Vec<String> {
+        docker_ok(&[
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label={TEST_LABEL}={}", self.id),
+        ])
+        .await
+        .lines()
+        .map(str::to_string)
+        .collect()
+    }
+
+    /// Waits until no container has this test's label.
+    async fn until_no_containers(&self, what: &str) {
+        let gone = tokio::time::timeout(DEADLINE, async {
+            loop {
+                if self.containers().await.is_empty() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+        .await;
+        assert!(
+            gone.is_ok(),
+            "{what}: containers with label {TEST_LABEL}={} remain: {:?}",
+            self.id,
+            self.containers().await
+        );
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let filter = format!("label={TEST_LABEL}={}", self.id);
+        if let Ok(out) = Command::new("docker")
+            .args(["ps", "-aq", "--filter", &filter])
+            .output()
+        {
+            for id in String::from_utf8_lossy(&out.stdout).lines() {
+                docker_quiet(&["rm", "-f", id]);
+            }
+        }
+        docker_quiet(&["network", "rm", &self.network]);
+        // The pushed tags and whatever the engine pulled from this registry.
+        let mut names = self.images.clone();
+        if let Ok(out) = Command::new("docker")
+            .args([
+                "images",
+                "--digests",
+                "--format",
+                "{{.Repository}} {{.Tag}} {{.Digest}}",
+            ])
+            .output()
+        {
+            let prefix = format!("localhost:{}/", self.registry.port);
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                let parts: Vec<&str> = line.split_whitespace().collect();
+                if let [repo, tag, digest] = parts[..]
+                    && repo.starts_with(&prefix)
+                {
+                    if tag != "<none>" {
+                        names.push(format!("{repo}:{tag}"));
+                    }
+                    if digest != "<none>" {
+                        names.push(format!("{repo}@{digest}"));
+                    }
+                }
+            }
+        }
+        for name in names {
+            docker_quiet(&["rmi", &name]);
+        }
+    }
+}
+
+fn container_status(p: &Value) -> &Value {
+    &p["status"]["containerStatuses"][0]
+}
+
+fn ready(p: &Value) -> bool {
+    p["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+fn running(p: &Value) -> bool {
+    container_status(p).pointer("/state/running").is_some()
+}
+
+fn waiting_reason(p: &Value) -> Option<&str> {
+    container_status(p)
+        .pointer("/state/waiting/reason")?
+        .as_str()
+}
+
+async fn create_pod(sim: &Sim, pod: Value) {
+    let api: Api<Pod> = Api::namespaced(sim.client().await.expect("a client"), "default");
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(pod).expect("a pod"),
+    )
+    .await
+    .expect("the pod is created");
+}
+
+/// Reads `/var/run/secrets/…/<file>` out of a container through the engine.
+async fn service_account_file(container: &str, file: &str) -> String {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let dest = dir.path().join(file);
+    docker_ok(&[
+        "cp",
+        &format!("{container}:/var/run/secrets/kubernetes.io/serviceaccount/{file}"),
+        dest.to_str().expect("a UTF-8 path"),
+    ])
+    .await;
+    std::fs::read_to_string(&dest).expect("the copied file is read")
+}
+
+/// Calls the API server as a pod would, with the token and CA from the pod's container.
+async fn list_pods_as(sim: &Sim, ca_pem: &str, token: &str) -> u16 {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let ca = base64_encode(ca_pem.as_bytes());
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\nusers:\n- name: u\n  user:\n    token: {token}\ncontexts:\n- name: c\n  context: {{cluster: c, user: u}}\ncurrent-context: c\n",
+            sim.url()
+        ),
+    )
+    .expect("the kubeconfig is written");
+    let out = crate::kubectl_at(
+        &kubeconfig,
+        &["get", "--raw", "/api/v1/namespaces/default/pods"],
+    )
+    .await;
+    if out.status.success() {
+        return 200;
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("Unauthorized") {
+        401
+    } else {
+        panic!("kubectl with the pod's credentials failed: {stderr}")
+    }
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployment_pods_run_as_containers_gated_by_their_readiness_probe_and_leave_nothing_behind()
+{
+    let fx = Fixture::start().await;
+    let digest = fx.registry_digest("demo/app").await;
+    let sim = fx.sim().await;
+    let store: Store = sim.store().clone();
+    let mut pods = watch(&store, &GroupResource::pods(), Some("app=web"));
+    let (_dir, path) = manifest(&format!(
+        r#"
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: web-config, namespace: default}}
+data: {{greeting: hi}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: web-secret, namespace: default}}
+stringData: {{password: s3cr3t}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: default}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: app
+        image: {image}
+        ports: [{{name: http, containerPort: 8080}}]
+        env:
+        - {{name: READY_AFTER_MS, value: "1500"}}
+        - {{name: GREETING, valueFrom: {{configMapKeyRef: {{name: web-config, key: greeting}}}}}}
+        - {{name: SECRET, valueFrom: {{secretKeyRef: {{name: web-secret, key: password}}}}}}
+        - {{name: POD_NAME, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}
+        - {{name: POD_NAMESPACE, valueFrom: {{fieldRef: {{fieldPath: metadata.namespace}}}}}}
+        - {{name: SA, valueFrom: {{fieldRef: {{fieldPath: spec.serviceAccountName}}}}}}
+        readinessProbe:
+          httpGet: {{path: /healthz, port: http}}
+          periodSeconds: 1
+"#,
+        image = fx.image("demo/app")
+    ));
+    kubectl_ok(&sim, &["apply", "-f", path.to_str().unwrap()]).await;
+
+    // Each pod is seen running but unready (the probe answers 503 at first) before it is Ready.
+    let mut seen_unready_running: BTreeMap<String, bool> = BTreeMap::new();
+    let mut latest: BTreeMap<String, Value> = BTreeMap::new();
+    until(&mut pods, DEADLINE, "both pods to become Ready", |e| {
+        let p = applied(e)?;
+        let name = p["metadata"]["name"].as_str()?.to_string();
+        if running(p) && !ready(p) {
+            seen_unready_running.insert(name.clone(), true);
+        }
+        latest.insert(name, p.clone());
+        (latest.len() == 2 && latest.values().all(ready)).then_some(())
+    })
+    .await;
+    for (name, p) in &latest {
+        assert_eq!(
+            seen_unready_running.get(name),
+            Some(&true),
+            "{name} was Ready before its readiness probe passed"
+        );
+        let s = container_status(p);
+        assert_eq!(s["image"], fx.image("demo/app"));
+        assert_eq!(
+            s["imageID"],
+            format!("{REGISTRY_NAME}/demo/app@{digest}"),
+            "imageID carries the registry's digest"
+        );
+        let id = s["containerID"]
+            .as_str()
+            .and_then(|id| id.strip_prefix("docker://"))
+            .expect("a docker:// container ID");
+        let inspected: Value =
+            serde_json::from_str(&docker_ok(&["inspect", "--type", "container", id]).await)
+                .expect("docker inspect prints JSON");
+        let c = &inspected[0];
+        assert_eq!(c["State"]["Running"], true);
+        let uid = p["metadata"]["uid"].as_str().unwrap();
+        assert_eq!(
+            c["Name"],
+            format!("/k8s_app_{name}_default_{}", &uid[..8]),
+            "docker ps shows the pod"
+        );
+        assert_eq!(c["Config"]["Labels"]["io.kubernetes.pod.uid"], uid);
+        assert_eq!(
+            p["status"]["podIP"], c["NetworkSettings"]["Networks"][&fx.network]["IPAddress"],
+            "the pod IP is the container's address on the network"
+        );
+        assert!(s.pointer("/state/running/startedAt").is_some());
+    }
+
+    // kubectl logs shows the container's own output, including what it got from the API objects.
+    let name = latest.keys().next().unwrap().clone();
+    let logs = kubectl_ok(&sim, &["logs", &name]).await;
+    assert!(
+        logs.contains(&format!(
+            "hello from {name} greeting=hi secret=s3cr3t ns=default sa=default"
+        )),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("serviceaccount namespace=default token=true ca=true"),
+        "{logs}"
+    );
+    assert!(
+        logs.contains(&format!(
+            "api {}:{} reachable=true",
+            fx.gateway,
+            sim.addr().port()
+        )),
+        "the pod reaches the API server at KUBERNETES_SERVICE_HOST:PORT: {logs}"
+    );
+    let tail = kubectl_ok(&sim, &["logs", "--tail=1", &name]).await;
+    assert_eq!(tail.trim_end(), "listening on 8080");
+    // A followed log stream delivers the output while the container keeps running.
+    let api: Api<Pod> = Api::namespaced(sim.client().await.unwrap(), "default");
+    let mut lines = api
+        .log_stream(
+            &name,
+            &LogParams {
+                follow: true,
+                ..LogParams::default()
+            },
+        )
+        .await
+        .expect("a followed log stream")
+        .lines();
+    let first = tokio::time::timeout(DEADLINE, futures::StreamExt::next(&mut lines))
+        .await
+        .expect("a followed line within the deadline")
+        .expect("the stream has a line")
+        .expect("the line is read");
+    assert!(first.starts_with("hello from"), "{first}");
+    drop(lines);
+
+    // The pod's service-account credentials authenticate against the API server; a made-up token does not.
+    let id = container_status(&latest[&name])["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("docker://")
+        .to_string();
+    let token = service_account_file(&id, "token").await;
+    let ca = service_account_file(&id, "ca.crt").await;
+    assert_eq!(service_account_file(&id, "namespace").await, "default");
+    assert_eq!(list_pods_as(&sim, &ca, &token).await, 200);
+    assert_eq!(list_pods_as(&sim, &ca, "not-a-token").await, 401);
+
+    // Deleting the Deployment deletes its pods and their containers.
+    kubectl_ok(&sim, &["delete", "deployment", "web"]).await;
+    let mut deleted = 0;
+    until(&mut pods, DEADLINE, "both pods to be deleted", |e| {
+        if let kube_sim::store::WatchEvent::Deleted(_) = e {
+            deleted += 1;
+        }
+        (deleted == 2).then_some(())
+    })
+    .await;
+    fx.until_no_containers("after the pods were deleted").await;
+    assert_eq!(
+        list_pods_as(&sim, &ca, &token).await,
+        401,
+        "a removed pod's token is revoked"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_that_exits_non_zero_reaches_crash_loop_back_off_with_increasing_restarts() {
+    let fx = Fixture::start().await;
+    let digest = fx.registry_digest("demo/crash").await;
+    let sim = fx.sim().await;
+    let mut pods = watch(&sim.store().clone(), &GroupResource::pods(), None);
+    create_pod(
+        &sim,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "crasher", "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": fx.image("demo/crash")}]}}),
+    )
+    .await;
+    let mut restarts: Vec<i64> = Vec::new();
+    let last = until(
+        &mut pods,
+        DEADLINE,
+        "two restarts in CrashLoopBackOff",
+        |e| {
+            let p = applied(e)?;
+            let count = container_status(p)["restartCount"].as_i64()?;
+            if restarts.last() != Some(&count) {
+                restarts.push(count);
+            }
+            (waiting_reason(p) == Some("CrashLoopBackOff") && count >= 2).then(|| p.clone())
+        },
+    )
+    .await;
+    assert!(
+        restarts.windows(2).all(|w| w[0] < w[1]),
+        "restart counts only increase: {restarts:?}"
+    );
+    let s = container_status(&last);
+    assert_eq!(s["lastState"]["terminated"]["exitCode"], 1);
+    assert_eq!(s["lastState"]["terminated"]["reason"], "Error");
+    assert_eq!(s["imageID"], format!("{REGISTRY_NAME}/demo/crash@{digest}"));
+    assert_eq!(s["ready"], false);
+    let logs = kubectl_ok(&sim, &["logs", "crasher"]).await;
+    assert!(logs.contains("crashing now"), "{logs}");
+    sim.shutdown().await;
+    fx.until_no_containers("after shutdown").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_image_reaches_image_pull_back_off_with_the_engines_error() {
+    let fx = Fixture::start().await;
+    let sim = fx.sim().await;
+    let mut pods = watch(&sim.store().clone(), &GroupResource::pods(), None);
+    create_pod(
+        &sim,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "missing", "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": fx.image("demo/missing")}]}}),
+    )
+    .await;
+    let mut pull_error: Option<String> = None;
+    until(&mut pods, DEADLINE, "ImagePullBackOff", |e| {
+        let p = applied(e)?;
+        if waiting_reason(p) == Some("ErrImagePull") {
+            pull_error = container_status(p)
+                .pointer("/state/waiting/message")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+        }
+        (waiting_reason(p) == Some("ImagePullBackOff") && pull_error.is_some()).then_some(())
+    })
+    .await;
+    let message = pull_error.unwrap();
+    // The engine pulled through the loopback name and said why it failed.
+    assert!(
+        message.contains(&format!("localhost:{}/demo/missing", fx.registry.port))
+            && (message.contains("not found") || message.contains("manifest unknown")),
+        "{message}"
+    );
+    assert!(fx.containers().await.is_empty(), "no container was created");
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_removes_pod_containers_and_a_restarted_node_removes_leftovers() {
+    let fx = Fixture::start().await;
+    // A container with this node's labels, as a crashed earlier run would leave.
+    let leftover = format!("k8s_app_leftover_default_{}", fx.id);
+    docker_ok(&[
+        "create",
+        "--name",
+        &leftover,
+        "--label",
+        &format!("{TEST_LABEL}={}", fx.id),
+        "--label",
+        &format!("kube-sim.node={}", kube_sim::NODE_NAME),
+        &fx.images[0],
+    ])
+    .await;
+    let sim = fx.sim().await;
+    let mut pods = watch(&sim.store().clone(), &GroupResource::pods(), None);
+    create_pod(
+        &sim,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "server", "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": fx.image("demo/app"),
+                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}}),
+    )
+    .await;
+    until(&mut pods, DEADLINE, "the pod to become Ready", |e| {
+        applied(e).filter(|p| ready(p)).map(|_| ())
+    })
+    .await;
+    let containers = fx.containers().await;
+    assert_eq!(
+        containers.len(),
+        1,
+        "only the pod's container: {containers:?}"
+    );
+    let names = docker_ok(&[
+        "ps",
+        "-a",
+        "--format",
+        "{{.Names}}",
+        "--filter",
+        &format!("name={leftover}"),
+    ])
+    .await;
+    assert!(
+        names.trim().is_empty(),
+        "the leftover was removed at start: {names}"
+    );
+    sim.shutdown().await;
+    assert!(
+        fx.containers().await.is_empty(),
+        "shutdown removed the pod's container"
+    );
+}
