@@ -26,7 +26,7 @@ use crate::{
     config::Config,
     docker::{self, inspect_container, is_running, published_port},
     kubeconfig,
-    plan::{self, Drift, NODE_API_PORT, NODE_KUBECONFIG_OUTPUT, NodeSpec},
+    plan::{self, Drift, MountSource, NODE_API_PORT, NODE_KUBECONFIG_OUTPUT, NodeSpec},
     state::State,
     wait::{self, Step},
 };
@@ -177,13 +177,19 @@ async fn create(
         privileged: Some(spec.privileged),
         tmpfs: Some(spec.tmpfs.clone().into_iter().collect()),
         mounts: Some(
-            spec.volumes
+            spec.mounts
                 .iter()
-                .map(|(target, source)| Mount {
-                    target: Some(target.clone()),
-                    source: Some(source.clone()),
-                    typ: Some(MountType::VOLUME),
-                    ..Mount::default()
+                .map(|(target, source)| {
+                    let (typ, source) = match source {
+                        MountSource::Volume(v) => (MountType::VOLUME, v),
+                        MountSource::Bind(p) => (MountType::BIND, p),
+                    };
+                    Mount {
+                        target: Some(target.clone()),
+                        source: Some(source.clone()),
+                        typ: Some(typ),
+                        ..Mount::default()
+                    }
                 })
                 .collect(),
         ),

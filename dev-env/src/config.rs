@@ -133,7 +133,17 @@ pub enum Build {
         dockerfile: PathBuf,
         target: Option<String>,
         build_args: BTreeMap<String, String>,
+        /// A static binary built first and added to the context root under
+        /// its name, for Dockerfiles that copy a prebuilt binary.
+        cargo: Option<CargoBinary>,
     },
+}
+
+/// A workspace package's binary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CargoBinary {
+    pub package: String,
+    pub bin: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -445,6 +455,7 @@ struct RawDockerBuild {
     target: Option<String>,
     #[serde(default)]
     build_args: BTreeMap<String, String>,
+    cargo: Option<RawCargoBuild>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -778,11 +789,26 @@ impl Check<'_> {
                     d.dockerfile.as_deref().unwrap_or("Dockerfile"),
                     "a Dockerfile (relative to the build context)",
                 );
+                let cargo = d.cargo.map(|c| {
+                    if c.package.trim().is_empty() {
+                        self.problem(
+                            &format!("{key}.docker.cargo.package"),
+                            "is empty",
+                            "name the workspace package whose binary the Dockerfile copies",
+                        );
+                    }
+                    let bin = c.bin.unwrap_or_else(|| c.package.clone());
+                    CargoBinary {
+                        package: c.package,
+                        bin,
+                    }
+                });
                 Build::Docker {
                     context,
                     dockerfile,
                     target: d.target,
                     build_args: d.build_args,
+                    cargo,
                 }
             }
         }

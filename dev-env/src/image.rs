@@ -286,7 +286,24 @@ pub async fn push_component(
             dockerfile,
             target,
             build_args,
+            cargo: staged_binary,
         } => {
+            // A binary the Dockerfile copies is built first and added to the
+            // context root under its name.
+            let mut staged = Vec::new();
+            if let Some(binary) = staged_binary {
+                let build = cargo::Build {
+                    root: &config.root,
+                    package: &binary.package,
+                    bin: &binary.bin,
+                    verbose: options.verbose,
+                };
+                let path = build_binary(build).await.map_err(|source| Error::Cargo {
+                    component: name.to_string(),
+                    source,
+                })?;
+                staged.push((binary.bin.clone(), path));
+            }
             let connected;
             let docker = match docker {
                 Some(docker) => docker,
@@ -313,6 +330,7 @@ pub async fn push_component(
                 build_args,
                 repository: &repository,
                 tag: DEV_TAG,
+                staged: &staged,
                 verbose: options.verbose,
             };
             docker::build(docker, &build).await.map_err(docker_err)?;
@@ -356,6 +374,25 @@ async fn build_cargo(build: cargo::Build<'_>) -> Result<oci::Image, cargo::Error
     );
     tokio::task::spawn_blocking(move || {
         cargo::build_image(&cargo::Build {
+            root: &root,
+            package: &package,
+            bin: &bin,
+            verbose,
+        })
+    })
+    .await
+    .expect("the cargo build task does not panic")
+}
+
+async fn build_binary(build: cargo::Build<'_>) -> Result<std::path::PathBuf, cargo::Error> {
+    let (root, package, bin, verbose) = (
+        build.root.to_path_buf(),
+        build.package.to_string(),
+        build.bin.to_string(),
+        build.verbose,
+    );
+    tokio::task::spawn_blocking(move || {
+        cargo::build_binary(&cargo::Build {
             root: &root,
             package: &package,
             bin: &bin,

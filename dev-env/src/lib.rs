@@ -17,4 +17,5 @@ pub mod plan;
 pub mod registry;
 pub mod rollout;
 pub mod state;
+pub mod status;
 pub mod wait;

@@ -186,9 +186,13 @@ pub async fn up(
         }
         Provider::K3s | Provider::Sim => {
             let node_image = ensure_node_image(&docker, config, options.verbose, progress).await?;
-            // A node still running the image a rebuild replaced is replaced
-            // too: it is the harness's own build output, not user drift.
-            if node_image == NodeImage::Built && cluster::remove(&docker, config).await? {
+            // A sim node still running an image that a rebuild replaced is
+            // replaced too: that image is the harness's own build output,
+            // not the user's drift.
+            if config.cluster.provider == Provider::Sim
+                && node_runs_stale_image(&docker, config).await?
+            {
+                cluster::remove(&docker, config).await?;
                 progress(&format!(
                     "node     {}: replaced, its image was rebuilt",
                     config.node_name()
@@ -307,6 +311,18 @@ pub async fn up(
         recreated: drifts,
         applied,
     })
+}
+
+/// Whether the node container exists and runs another image than the one
+/// its image name points at now.
+async fn node_runs_stale_image(docker: &Docker, config: &Config) -> Result<bool, Error> {
+    let Some(container) = inspect_container(docker, &config.node_name()).await? else {
+        return Ok(false);
+    };
+    let current = docker::inspect_image(docker, &config.cluster.image)
+        .await?
+        .and_then(|i| i.id);
+    Ok(current.is_some() && container.image != current)
 }
 
 fn describe_network(outcome: &network::Outcome) -> &'static str {
@@ -464,6 +480,7 @@ pub async fn build_sim_image(
         build_args: &build_args,
         repository,
         tag,
+        staged: &[],
         verbose,
     };
     image::docker::build(docker, &build)

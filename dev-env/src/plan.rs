@@ -57,14 +57,24 @@ pub struct NodeSpec {
     pub privileged: bool,
     /// tmpfs mounts, by destination.
     pub tmpfs: BTreeMap<String, String>,
-    /// Named volumes, by destination: one source per destination, by
+    /// Mounts, by destination: one source per destination, by
     /// construction.
-    pub volumes: BTreeMap<String, String>,
+    pub mounts: BTreeMap<String, MountSource>,
     /// Environment, secrets excluded (`K3S_TOKEN` comes from state).
     pub env: BTreeMap<String, String>,
     /// Files written into the container before it starts.
     pub files: BTreeMap<String, String>,
     pub network: String,
+}
+
+/// What is mounted at a destination of the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum MountSource {
+    /// A named volume.
+    Volume(String),
+    /// A path on the engine's host.
+    Bind(String),
 }
 
 /// Where the cluster comes from.
@@ -143,7 +153,7 @@ pub fn registry_spec(config: &Config) -> RegistrySpec {
 
 pub fn node_spec(config: &Config, registry_port: Option<u16>) -> NodeSpec {
     let node = config.node_name();
-    let command = [
+    let mut command: Vec<String> = [
         "server",
         "--tls-san",
         &node,
@@ -156,14 +166,46 @@ pub fn node_spec(config: &Config, registry_port: Option<u16>) -> NodeSpec {
     ]
     .map(String::from)
     .to_vec();
-    let tmpfs = ["/run", "/var/run"]
-        .into_iter()
-        .map(|d| (d.to_string(), String::new()))
-        .collect();
-    let env = BTreeMap::from([(
+    let mut env = BTreeMap::from([(
         "K3S_KUBECONFIG_OUTPUT".to_string(),
         NODE_KUBECONFIG_OUTPUT.to_string(),
     )]);
+    let mut mounts = BTreeMap::new();
+    let mut tmpfs = BTreeMap::new();
+    match config.cluster.provider {
+        // k3s needs a privileged container (cgroups, mounts, iptables) with
+        // tmpfs runtime directories, as k3d runs it.
+        Provider::K3s | Provider::Existing => {
+            tmpfs = ["/run", "/var/run"]
+                .into_iter()
+                .map(|d| (d.to_string(), String::new()))
+                .collect();
+        }
+        // kube-sim runs pods as containers on the shared network through
+        // the host's engine, so it gets the engine's socket and nothing
+        // privileged: engines that refuse privileged containers still run it.
+        Provider::Sim => {
+            command.extend(
+                [
+                    "--kubelet",
+                    "docker",
+                    "--docker-network",
+                    &config.network.name,
+                    "--docker-label",
+                    &format!("{}={}", docker::LABEL_NAME, config.name),
+                ]
+                .map(String::from),
+            );
+            mounts.insert(
+                NODE_DOCKER_SOCKET.to_string(),
+                MountSource::Bind(host_docker_socket()),
+            );
+            env.insert(
+                "DOCKER_HOST".to_string(),
+                format!("unix://{NODE_DOCKER_SOCKET}"),
+            );
+        }
+    }
     let files = BTreeMap::from([(
         NODE_REGISTRIES_YAML.to_string(),
         registries_yaml(config, registry_port),
@@ -172,16 +214,25 @@ pub fn node_spec(config: &Config, registry_port: Option<u16>) -> NodeSpec {
         container: node,
         image: config.cluster.image.clone(),
         command,
-        // k3s needs a privileged container (cgroups, mounts, iptables);
-        // kube-sim needs nothing of the kind, and engines that refuse
-        // privileged containers can still run it.
         privileged: config.cluster.provider == Provider::K3s,
         tmpfs,
-        volumes: BTreeMap::new(),
+        mounts,
         env,
         files,
         network: config.network.name.clone(),
     }
+}
+
+/// Where the sim node finds the engine's socket.
+pub const NODE_DOCKER_SOCKET: &str = "/var/run/docker.sock";
+
+/// The engine's socket on the engine's host: `DOCKER_HOST` when it names a
+/// unix socket, else the default.
+fn host_docker_socket() -> String {
+    std::env::var("DOCKER_HOST")
+        .ok()
+        .and_then(|h| h.strip_prefix("unix://").map(str::to_string))
+        .unwrap_or_else(|| String::from("/var/run/docker.sock"))
 }
 
 /// k3s `registries.yaml`: the in-network registry name, and the host's
@@ -392,13 +443,20 @@ impl fmt::Display for Plan {
                     node.container, node.image, self.config.cluster.provider
                 )?;
                 writeln!(f, "          command {}", node.command.join(" "))?;
+                let privileged = if node.privileged { "privileged, " } else { "" };
                 let tmpfs: Vec<_> = node.tmpfs.keys().map(String::as_str).collect();
-                writeln!(
-                    f,
-                    "          privileged, tmpfs {}, network {}",
-                    tmpfs.join(" "),
-                    node.network
-                )?;
+                let tmpfs = if tmpfs.is_empty() {
+                    String::new()
+                } else {
+                    format!("tmpfs {}, ", tmpfs.join(" "))
+                };
+                writeln!(f, "          {privileged}{tmpfs}network {}", node.network)?;
+                for (target, source) in &node.mounts {
+                    match source {
+                        MountSource::Volume(v) => writeln!(f, "          volume {v} on {target}")?,
+                        MountSource::Bind(p) => writeln!(f, "          bind {p} on {target}")?,
+                    }
+                }
                 writeln!(
                     f,
                     "          publish 127.0.0.1:<free port> -> {NODE_API_PORT}/tcp"
@@ -484,7 +542,21 @@ mod tests {
 
     #[test]
     fn node_spec_has_one_source_per_destination_and_the_k3s_contract() {
+        let sim = node_spec(&config("name: shop\ncluster: {provider: sim}\n"), None);
+        assert!(!sim.privileged && sim.tmpfs.is_empty());
+        assert!(sim.command.windows(2).any(|w| w == ["--kubelet", "docker"]));
+        assert!(
+            sim.command
+                .windows(2)
+                .any(|w| w == ["--docker-label", "dev-env.name=shop"])
+        );
+        assert_eq!(sim.mounts.len(), 1);
+        assert!(matches!(
+            &sim.mounts[NODE_DOCKER_SOCKET],
+            MountSource::Bind(_)
+        ));
         let spec = node_spec(&config("name: shop\n"), None);
+        assert!(spec.mounts.is_empty());
         assert_eq!(spec.container, "shop-server-0");
         assert_eq!(
             &spec.command[..5],

@@ -413,6 +413,7 @@ pub async fn build_local_image(docker: &Docker, binary: &Path, tag: &str) -> Res
         build_args: &Default::default(),
         repository,
         tag,
+        staged: &[],
         verbose: false,
     };
     image::docker::build(docker, &build)

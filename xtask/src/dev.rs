@@ -122,8 +122,59 @@ fn say_down(ctx: &Ctx, name: &str, report: &lifecycle::DownReport) {
 
 impl flags::Status {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
-        ctx.config()?;
-        anyhow::bail!("`dev status` is not available in this build")
+        let config = ctx.config()?;
+        let status = ctx
+            .block_on(dev_env::status::status(&config))?
+            .context("dev status")?;
+        if self.json {
+            println!("{}", serde_json::to_string_pretty(&status)?);
+        } else {
+            let mark = |ok: bool| if ok { "ok  " } else { "DOWN" };
+            println!(
+                "{} network  {}",
+                mark(status.network.exists),
+                status.network.name
+            );
+            let r = &status.registry;
+            println!(
+                "{} registry {} {}",
+                mark(r.reachable),
+                r.name,
+                r.host
+                    .as_deref()
+                    .map_or(String::from("(no port)"), |h| format!("at {h}"))
+            );
+            let n = &status.node;
+            let api = n
+                .api_port
+                .map_or(String::new(), |p| format!(" API on 127.0.0.1:{p}"));
+            println!("{} node     {}{api}", mark(n.api_ready), n.name);
+            for c in &status.components {
+                let runs = if c.running_digests.is_empty() {
+                    String::from("no Ready pods")
+                } else {
+                    c.running_digests.join(", ")
+                };
+                println!(
+                    "{} {}  {} {}  runs {runs}",
+                    mark(c.converged),
+                    c.name,
+                    c.kind,
+                    c.object
+                );
+                if !c.converged {
+                    println!("       {}", c.message);
+                }
+            }
+            for d in &status.drift {
+                println!("DRIFT {d}");
+            }
+        }
+        Ok(if status.ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        })
     }
 }
 
@@ -131,6 +182,21 @@ impl flags::Logs {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let config = ctx.config()?;
         config.component(&self.component)?;
-        anyhow::bail!("`dev logs` is not available in this build")
+        let print = |line: &str| println!("{line}");
+        let pods = ctx
+            .block_on(dev_env::status::logs(
+                &config,
+                &self.component,
+                self.follow,
+                &print,
+            ))?
+            .map_err(|e| anyhow::anyhow!("dev logs {}: {e}", self.component))?;
+        if pods == 0 {
+            anyhow::bail!(
+                "component `{}` has no pods; run `cargo xtask dev up` or `push-image`",
+                self.component
+            );
+        }
+        Ok(ExitCode::SUCCESS)
     }
 }

@@ -101,3 +101,25 @@ fn host_bits_suggest_the_network_address() {
     assert_eq!(found[0].key, "network.ipv4Subnet");
     assert!(found[0].fix.contains("172.29.0.0/24"), "{:?}", found[0]);
 }
+
+#[test]
+fn a_docker_build_can_stage_a_cargo_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("Dockerfile"), "FROM scratch\n").unwrap();
+    let text = "name: a\ncomponents:\n  cm:\n    image: a/cm\n    build: {docker: {cargo: {package: cm}}}\n    rollout: {kind: Deployment}\n";
+    let config = Config::parse(&dir.path().join("dev-env.yaml"), text).unwrap();
+    let Build::Docker {
+        cargo, dockerfile, ..
+    } = &config.components["cm"].build
+    else {
+        panic!("a docker build")
+    };
+    assert_eq!(
+        cargo,
+        &Some(CargoBinary {
+            package: "cm".into(),
+            bin: "cm".into()
+        })
+    );
+    assert_eq!(dockerfile, &dir.path().join("Dockerfile"));
+}

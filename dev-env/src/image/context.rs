@@ -122,8 +122,14 @@ fn ancestors(rel: &str) -> impl Iterator<Item = &str> {
     rel.match_indices('/').map(|(i, _)| &rel[..i])
 }
 
-/// Packs the context directory `context` with Dockerfile `dockerfile`.
-pub fn pack(context: &Path, dockerfile: &Path) -> Result<Context, Error> {
+/// Packs the context directory `context` with Dockerfile `dockerfile`,
+/// plus `staged` files (name at the context root, path on disk) that are
+/// not in the directory, such as a binary built for the image.
+pub fn pack(
+    context: &Path,
+    dockerfile: &Path,
+    staged: &[(String, PathBuf)],
+) -> Result<Context, Error> {
     let ignore = Ignore::load(context)?;
     let mut tar = tar::Builder::new(Vec::new());
     tar.follow_symlinks(false);
@@ -133,6 +139,11 @@ pub fn pack(context: &Path, dockerfile: &Path) -> Result<Context, Error> {
         path: path.to_path_buf(),
         source,
     };
+    for (name, path) in staged {
+        let bytes = std::fs::read(path).map_err(|e| read(e, path))?;
+        append_file(&mut tar, name, 0o755, &bytes).map_err(|e| read(e, path))?;
+        files += 1;
+    }
     let inside = dockerfile
         .strip_prefix(context)
         .ok()
@@ -292,7 +303,7 @@ mod tests {
         std::fs::write(root.join("src/main.rs"), "fn main() {}").unwrap();
         std::fs::write(root.join("Dockerfile"), "FROM scratch").unwrap();
         std::fs::write(root.join(".dockerignore"), "target\nDockerfile\n").unwrap();
-        let context = pack(root, &root.join("Dockerfile")).unwrap();
+        let context = pack(root, &root.join("Dockerfile"), &[]).unwrap();
         let mut archive = tar::Archive::new(context.tar.as_slice());
         let names: Vec<String> = archive
             .entries()
@@ -306,7 +317,7 @@ mod tests {
         assert_eq!(context.dockerfile, "Dockerfile");
         // The same context packs to the same bytes.
         assert_eq!(
-            pack(root, &root.join("Dockerfile")).unwrap().tar,
+            pack(root, &root.join("Dockerfile"), &[]).unwrap().tar,
             context.tar
         );
     }
@@ -317,7 +328,7 @@ mod tests {
         std::fs::create_dir(dir.path().join("ctx")).unwrap();
         std::fs::write(dir.path().join("ctx/a.txt"), "a").unwrap();
         std::fs::write(dir.path().join("Dockerfile"), "FROM scratch").unwrap();
-        let context = pack(&dir.path().join("ctx"), &dir.path().join("Dockerfile")).unwrap();
+        let context = pack(&dir.path().join("ctx"), &dir.path().join("Dockerfile"), &[]).unwrap();
         assert_eq!(context.dockerfile, OUTSIDE_DOCKERFILE);
         assert_eq!(context.files, 1);
     }

@@ -63,6 +63,8 @@ pub struct Build<'a> {
     /// `host:port/repository`, without a tag.
     pub repository: &'a str,
     pub tag: &'a str,
+    /// Files added at the context root: (name, path on disk).
+    pub staged: &'a [(String, std::path::PathBuf)],
     /// Stream the build log instead of showing it only on failure.
     pub verbose: bool,
 }
@@ -70,9 +72,11 @@ pub struct Build<'a> {
 /// Builds the image and tags it `<repository>:<tag>`; returns the image ID.
 pub async fn build(docker: &Docker, build: &Build<'_>) -> Result<String, Error> {
     let (context_dir, dockerfile) = (build.context.to_path_buf(), build.dockerfile.to_path_buf());
-    let packed = tokio::task::spawn_blocking(move || context::pack(&context_dir, &dockerfile))
-        .await
-        .expect("packing the context does not panic")?;
+    let staged = build.staged.to_vec();
+    let packed =
+        tokio::task::spawn_blocking(move || context::pack(&context_dir, &dockerfile, &staged))
+            .await
+            .expect("packing the context does not panic")?;
     let tag = format!("{}:{}", build.repository, build.tag);
     let build_args: HashMap<String, String> = build
         .build_args

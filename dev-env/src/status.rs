@@ -1,0 +1,402 @@
+//! `dev status`: what runs, what answers, what drifted, and for each
+//! component the digest its Ready pods run against the one last pushed.
+//! Read-only: it changes nothing.
+
+use std::time::Duration;
+
+use k8s_openapi::api::{
+    apps::v1::{Deployment, ReplicaSet},
+    core::v1::Pod,
+};
+use kube::{Api, Client, ResourceExt, api::ListParams};
+use serde::Serialize;
+
+use crate::{
+    config::{Config, Provider, REGISTRY_CONTAINER_PORT, RolloutKind},
+    deliver, docker, lifecycle, network,
+    plan::NODE_API_PORT,
+    rollout,
+    state::State,
+    wait::workload::{self, Verdict, Want},
+};
+
+/// How long each probe (registry, API) may take.
+const PROBE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub name: String,
+    pub network: NetworkStatus,
+    pub registry: RegistryStatus,
+    pub node: NodeStatus,
+    pub components: Vec<ComponentStatus>,
+    /// Objects whose configuration differs from the file.
+    pub drift: Vec<String>,
+    /// Everything up and converged.
+    pub ok: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkStatus {
+    pub name: String,
+    pub exists: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryStatus {
+    /// The container, or the external address.
+    pub name: String,
+    pub running: bool,
+    pub host: Option<String>,
+    /// `GET /v2/` answered 200.
+    pub reachable: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    /// The container, or the context of `provider: existing`.
+    pub name: String,
+    pub running: bool,
+    pub api_port: Option<u16>,
+    /// `/readyz` answered.
+    pub api_ready: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ComponentStatus {
+    pub name: String,
+    pub kind: String,
+    pub object: String,
+    pub pushed_digest: Option<String>,
+    /// Digests the Ready pods of its Deployment run.
+    pub running_digests: Vec<String>,
+    pub converged: bool,
+    pub message: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Docker(#[from] docker::Error),
+    #[error(transparent)]
+    Network(#[from] network::Error),
+    #[error(transparent)]
+    Lifecycle(#[from] lifecycle::Error),
+    #[error(transparent)]
+    State(#[from] crate::state::Error),
+}
+
+/// Looks at everything `config` declares.
+pub async fn status(config: &Config) -> Result<Status, Error> {
+    let docker = docker::connect().await?;
+    let state = State::load(&config.state_dir())?;
+
+    let network = NetworkStatus {
+        name: config.network.name.clone(),
+        exists: network::inspect(&docker, &config.network.name)
+            .await?
+            .is_some(),
+    };
+
+    let registry = match &config.registry.external {
+        Some(external) => RegistryStatus {
+            name: external.clone(),
+            running: true,
+            host: Some(external.clone()),
+            reachable: reachable(external).await,
+        },
+        None => {
+            let container = docker::inspect_container(&docker, &config.registry.name).await?;
+            let running = container.as_ref().is_some_and(docker::is_running);
+            let port = container
+                .as_ref()
+                .and_then(|c| docker::published_port(c, REGISTRY_CONTAINER_PORT));
+            let host = port.map(|p| format!("localhost:{p}"));
+            let reachable = match &host {
+                Some(h) if running => reachable(h).await,
+                _ => false,
+            };
+            RegistryStatus {
+                name: config.registry.name.clone(),
+                running,
+                host,
+                reachable,
+            }
+        }
+    };
+
+    let (node, client) = match config.cluster.provider {
+        Provider::Existing => {
+            let context = config.cluster.context.clone().unwrap_or_default();
+            let client = deliver::cluster_client(config).await.ok();
+            let api_ready = match &client {
+                Some(c) => ready(c).await,
+                None => false,
+            };
+            (
+                NodeStatus {
+                    name: context,
+                    running: true,
+                    api_port: None,
+                    api_ready,
+                },
+                client,
+            )
+        }
+        Provider::K3s | Provider::Sim => {
+            let container = docker::inspect_container(&docker, &config.node_name()).await?;
+            let running = container.as_ref().is_some_and(docker::is_running);
+            let api_port = container
+                .as_ref()
+                .and_then(|c| docker::published_port(c, NODE_API_PORT));
+            let client = if running {
+                deliver::cluster_client(config).await.ok()
+            } else {
+                None
+            };
+            let api_ready = match &client {
+                Some(c) => ready(c).await,
+                None => false,
+            };
+            (
+                NodeStatus {
+                    name: config.node_name(),
+                    running,
+                    api_port,
+                    api_ready,
+                },
+                client,
+            )
+        }
+    };
+
+    let mut components = Vec::new();
+    for (name, component) in &config.components {
+        let pushed = state.images.get(name).map(|p| p.digest.clone());
+        let r = &component.rollout;
+        let mut status = ComponentStatus {
+            name: name.clone(),
+            kind: r.kind.to_string(),
+            object: format!("{}/{}", r.namespace, r.name),
+            pushed_digest: pushed.clone(),
+            running_digests: Vec::new(),
+            converged: false,
+            message: String::new(),
+        };
+        match &client {
+            Some(client) if node.api_ready => {
+                let want = Want {
+                    namespace: r.namespace.clone(),
+                    deployment: r.name.clone(),
+                    container: r.container.clone(),
+                    digest: pushed,
+                };
+                if let Err(message) = inspect_component(client, r.kind, want, &mut status).await {
+                    status.message = message;
+                }
+            }
+            _ => status.message = String::from("the cluster is not reachable"),
+        }
+        components.push(status);
+    }
+
+    let drift: Vec<String> = lifecycle::drift(&docker, config)
+        .await?
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    let ok = network.exists
+        && registry.reachable
+        && node.api_ready
+        && drift.is_empty()
+        && components.iter().all(|c| c.converged);
+    Ok(Status {
+        name: config.name.clone(),
+        network,
+        registry,
+        node,
+        components,
+        drift,
+        ok,
+    })
+}
+
+/// The Deployment that runs a component: the declared one, or the one its
+/// WorkerPool controls.
+async fn deployment_of(
+    client: &Client,
+    kind: RolloutKind,
+    namespace: &str,
+    name: &str,
+) -> Result<String, String> {
+    if kind == RolloutKind::Deployment {
+        return Ok(name.to_string());
+    }
+    let resource = rollout::worker_pool_resource(client)
+        .await
+        .map_err(|e| e.to_string())?;
+    let pools: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(client.clone(), namespace, &resource);
+    let pool = pools
+        .get_opt(name)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("WorkerPool {namespace}/{name} does not exist"))?;
+    let uid = pool.uid().unwrap_or_default();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    deployments
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .find(|d| d.owner_references().iter().any(|o| o.uid == uid))
+        .map(|d| d.name_any())
+        .ok_or_else(|| String::from("the WorkerPool's controller has not created its Deployment"))
+}
+
+async fn inspect_component(
+    client: &Client,
+    kind: RolloutKind,
+    mut want: Want,
+    status: &mut ComponentStatus,
+) -> Result<(), String> {
+    want.deployment = deployment_of(client, kind, &want.namespace, &want.deployment).await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &want.namespace);
+    let deploy = deployments
+        .get_opt(&want.deployment)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| {
+            format!(
+                "Deployment {}/{} does not exist",
+                want.namespace, want.deployment
+            )
+        })?;
+    let selector = deploy
+        .spec
+        .selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let params = ListParams::default().labels(&selector);
+    let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &want.namespace);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &want.namespace);
+    let rs: Vec<_> = replica_sets
+        .list(&params)
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
+    let pods: Vec<_> = pods
+        .list(&params)
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .map(std::sync::Arc::new)
+        .collect();
+    let mut digests: Vec<String> = pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.status.as_ref()?.container_statuses.as_ref())
+        .flatten()
+        .filter(|c| c.name == want.container && c.ready)
+        .filter_map(|c| workload::digest_of(&c.image_id).map(str::to_string))
+        .collect();
+    digests.sort();
+    digests.dedup();
+    status.running_digests = digests;
+    let verdict = workload::evaluate(&deploy, &rs, &pods, &want);
+    status.converged = matches!(verdict, Verdict::Done { .. });
+    status.message = verdict.to_string();
+    Ok(())
+}
+
+async fn reachable(host: &str) -> bool {
+    let client = crate::image::distribution::Client::new(host);
+    matches!(tokio::time::timeout(PROBE, client.ping()).await, Ok(Ok(_)))
+}
+
+async fn ready(client: &Client) -> bool {
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .expect("static request");
+    matches!(
+        tokio::time::timeout(PROBE, client.request_text(request)).await,
+        Ok(Ok(_))
+    )
+}
+
+/// Streams the logs of the component's pods (the declared container) to
+/// `line`, each line prefixed with its pod; with `follow`, until they end.
+/// Returns how many pods there were.
+pub async fn logs(
+    config: &Config,
+    component: &str,
+    follow: bool,
+    line: &(dyn Fn(&str) + Sync),
+) -> Result<usize, String> {
+    use futures::{AsyncBufReadExt, StreamExt};
+
+    let c = config.component(component).map_err(|e| e.to_string())?;
+    let r = &c.rollout;
+    let client = deliver::cluster_client(config)
+        .await
+        .map_err(|e| e.to_string())?;
+    let deployment = deployment_of(&client, r.kind, &r.namespace, &r.name).await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &r.namespace);
+    let deploy = deployments
+        .get(&deployment)
+        .await
+        .map_err(|e| crate::apply::api_error(&e))?;
+    let selector = deploy
+        .spec
+        .selector
+        .match_labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &r.namespace);
+    let list = pods
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| crate::apply::api_error(&e))?;
+    let params = kube::api::LogParams {
+        container: Some(r.container.clone()),
+        follow,
+        ..Default::default()
+    };
+    let streams = list.items.iter().map(|pod| {
+        let (pods, params, name) = (pods.clone(), params.clone(), pod.name_any());
+        async move {
+            match pods.log_stream(&name, &params).await {
+                Ok(stream) => stream
+                    .lines()
+                    .map(move |l| format!("[{name}] {}", l.unwrap_or_default()))
+                    .boxed(),
+                Err(e) => futures::stream::once(async move {
+                    format!("[{name}] (no logs: {})", crate::apply::api_error(&e))
+                })
+                .boxed(),
+            }
+        }
+    });
+    let mut merged = futures::stream::select_all(futures::future::join_all(streams).await);
+    while let Some(text) = merged.next().await {
+        line(&text);
+    }
+    Ok(list.items.len())
+}
