@@ -108,6 +108,36 @@ pub struct CustomInfo {
     pub crd_name: String,
     /// The openAPIV3Schema of each served version, by version name.
     pub schemas: Vec<(String, Value)>,
+    /// The `additionalPrinterColumns` of each served version, by version name.
+    pub printer_columns: Vec<(String, Vec<PrinterColumn>)>,
+}
+
+/// One `additionalPrinterColumns` entry of a CRD version.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PrinterColumn {
+    /// The column header.
+    pub name: String,
+    /// The OpenAPI type (`string`, `integer`, `date`, ...).
+    pub type_: String,
+    /// The simple JSONPath the cell comes from.
+    pub json_path: String,
+    /// 0 for the default view, more for `-o wide`.
+    pub priority: i64,
+}
+
+impl ResourceInfo {
+    /// The printer columns of a version of a custom resource (empty for built-ins or when none are declared).
+    pub fn printer_columns(&self, version: &str) -> &[PrinterColumn] {
+        match &self.origin {
+            Origin::Custom(c) => c
+                .printer_columns
+                .iter()
+                .find(|(v, _)| v == version)
+                .map(|(_, cols)| cols.as_slice())
+                .unwrap_or(&[]),
+            Origin::BuiltIn => &[],
+        }
+    }
 }
 
 /// Everything the simulator knows about one resource.
@@ -465,6 +495,7 @@ pub fn from_crd(crd: &Value) -> Option<ResourceInfo> {
     let namespaced = spec.get("scope").and_then(Value::as_str) != Some("Cluster");
     let mut versions = Vec::new();
     let mut schemas = Vec::new();
+    let mut printer_columns = Vec::new();
     let mut status = false;
     let mut scale = false;
     for v in spec.get("versions")?.as_array()? {
@@ -481,6 +512,27 @@ pub fn from_crd(crd: &Value) -> Option<ResourceInfo> {
             .cloned()
             .unwrap_or(Value::Null);
         schemas.push((name.clone(), schema));
+        let columns = v
+            .get("additionalPrinterColumns")
+            .and_then(Value::as_array)
+            .map(|cols| {
+                cols.iter()
+                    .filter_map(|c| {
+                        Some(PrinterColumn {
+                            name: c.get("name")?.as_str()?.to_string(),
+                            type_: c
+                                .get("type")
+                                .and_then(Value::as_str)
+                                .unwrap_or("string")
+                                .to_string(),
+                            json_path: c.get("jsonPath")?.as_str()?.to_string(),
+                            priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        printer_columns.push((name.clone(), columns));
         versions.push(name);
     }
     if versions.is_empty() {
@@ -508,6 +560,7 @@ pub fn from_crd(crd: &Value) -> Option<ResourceInfo> {
                 .unwrap_or_default()
                 .to_string(),
             schemas,
+            printer_columns,
         }),
     })
 }

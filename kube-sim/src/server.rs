@@ -424,7 +424,7 @@ async fn resource_request(
             if let Some(include) = table {
                 return Ok(json_response(
                     StatusCode::OK,
-                    &crate::table::render(&info, &items, metadata, include),
+                    &crate::table::render(&info, &p.version, &items, metadata, include),
                 ));
             }
             Ok(json_response(
@@ -439,7 +439,7 @@ async fn resource_request(
                 let metadata = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion")});
                 return Ok(json_response(
                     StatusCode::OK,
-                    &crate::table::render(&info, &[obj], metadata, include),
+                    &crate::table::render(&info, &p.version, &[obj], metadata, include),
                 ));
             }
             Ok(json_response(
@@ -864,7 +864,13 @@ fn start_watch(
                 ) => {
                     let metadata =
                         json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
-                    crate::table::render(&info, std::slice::from_ref(&object), metadata, include)
+                    crate::table::render(
+                        &info,
+                        &version,
+                        std::slice::from_ref(&object),
+                        metadata,
+                        include,
+                    )
                 }
                 _ => object,
             };

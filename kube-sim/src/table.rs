@@ -35,22 +35,35 @@ pub fn wants_table(accept: &str) -> bool {
 }
 
 struct Column {
-    name: &'static str,
-    kind: &'static str,
-    priority: u8,
+    name: String,
+    kind: String,
+    priority: i64,
 }
 
-const fn col(name: &'static str, kind: &'static str, priority: u8) -> Column {
+fn col(name: &str, kind: &str, priority: i64) -> Column {
     Column {
-        name,
-        kind,
+        name: name.to_string(),
+        kind: kind.to_string(),
         priority,
     }
 }
 
-fn columns(info: &ResourceInfo) -> Vec<Column> {
+fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
     let name = col("Name", "string", 0);
     let age = col("Age", "string", 0);
+    if info.is_custom() {
+        let custom = info.printer_columns(version);
+        if custom.is_empty() {
+            return vec![name, age];
+        }
+        let mut cols = vec![name];
+        cols.extend(custom.iter().map(|c| Column {
+            name: c.name.clone(),
+            kind: c.type_.clone(),
+            priority: c.priority,
+        }));
+        return cols;
+    }
     match (info.group.as_str(), info.plural.as_str()) {
         ("", "pods") => vec![
             name,
@@ -183,9 +196,22 @@ fn pod_status(pod: &Value) -> String {
     }
 }
 
-fn cells(info: &ResourceInfo, obj: &Value) -> Vec<Value> {
+fn cells(info: &ResourceInfo, version: &str, obj: &Value) -> Vec<Value> {
     let name = json!(s(obj, "/metadata/name"));
     let age_cell = json!(age(s(obj, "/metadata/creationTimestamp")));
+    if info.is_custom() {
+        let custom = info.printer_columns(version);
+        if custom.is_empty() {
+            return vec![name, age_cell];
+        }
+        let mut cells = vec![name];
+        cells.extend(custom.iter().map(|c| match json_path(obj, &c.json_path) {
+            Some(Value::String(t)) if c.type_ == "date" => json!(age(t)),
+            Some(v) => v.clone(),
+            None => Value::Null,
+        }));
+        return cells;
+    }
     match (info.group.as_str(), info.plural.as_str()) {
         ("", "pods") => {
             let total = obj
@@ -367,11 +393,12 @@ fn row_object(obj: &Value, include: IncludeObject) -> Option<Value> {
 /// Renders objects as a `Table`; `list_metadata` is the list's metadata (or `{}` for one object).
 pub fn render(
     info: &ResourceInfo,
+    version: &str,
     objects: &[Value],
     list_metadata: Value,
     include: IncludeObject,
 ) -> Value {
-    let defs: Vec<Value> = columns(info)
+    let defs: Vec<Value> = columns(info, version)
         .iter()
         .map(|c| {
             json!({"name": c.name, "type": c.kind, "format": if c.name == "Name" { "name" } else { "" },
@@ -381,7 +408,7 @@ pub fn render(
     let rows: Vec<Value> = objects
         .iter()
         .map(|o| {
-            let mut row = json!({"cells": cells(info, o)});
+            let mut row = json!({"cells": cells(info, version, o)});
             if let (Some(obj), Value::Object(m)) = (row_object(o, include), &mut row) {
                 m.insert("object".into(), obj);
             }
@@ -389,6 +416,47 @@ pub fn render(
         })
         .collect();
     json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": list_metadata, "columnDefinitions": defs, "rows": rows})
+}
+
+/// Evaluates the simple JSONPath of printer columns: `.a.b`, `[n]`, `[*]` (first item) and
+/// `[?(@.key=="value")]` (first match).
+pub fn json_path<'v>(obj: &'v Value, path: &str) -> Option<&'v Value> {
+    let path = path.trim().trim_start_matches('{').trim_end_matches('}');
+    let mut cur = obj;
+    let mut rest = path;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            let field = &r[..end];
+            if !field.is_empty() {
+                cur = cur.get(field)?;
+            }
+            rest = &r[end..];
+        } else if let Some(r) = rest.strip_prefix('[') {
+            let end = r.find(']')?;
+            let inner = &r[..end];
+            let items = cur.as_array()?;
+            cur = if inner == "*" {
+                items.first()?
+            } else if let Some(filter) =
+                inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')'))
+            {
+                let (key, value) = filter.split_once("==")?;
+                let value = value.trim().trim_matches(|c| c == '"' || c == '\'');
+                items.iter().find(|i| {
+                    json_path(i, &format!(".{}", key.trim())).and_then(Value::as_str) == Some(value)
+                })?
+            } else {
+                items.get(inner.parse::<usize>().ok()?)?
+            };
+            rest = &r[end + 1..];
+        } else {
+            let end = rest.find(['.', '[']).unwrap_or(rest.len());
+            cur = cur.get(&rest[..end])?;
+            rest = &rest[end..];
+        }
+    }
+    Some(cur)
 }
 
 /// A duration since an RFC 3339 timestamp, printed like Kubernetes' `HumanDuration`.
@@ -471,6 +539,19 @@ mod tests {
         assert_eq!(human_duration(30 * 3600), "30h");
         assert_eq!(human_duration(3 * 86400 + 3600), "3d1h");
         assert_eq!(human_duration(100 * 86400), "100d");
+    }
+
+    #[test]
+    fn printer_column_paths_resolve() {
+        let obj = json!({"spec": {"replicas": 3, "items": [{"n": "a"}]},
+            "status": {"conditions": [{"type": "Other", "status": "False"}, {"type": "Ready", "status": "True"}]}});
+        assert_eq!(json_path(&obj, ".spec.replicas"), Some(&json!(3)));
+        assert_eq!(json_path(&obj, ".spec.items[0].n"), Some(&json!("a")));
+        assert_eq!(
+            json_path(&obj, ".status.conditions[?(@.type==\"Ready\")].status"),
+            Some(&json!("True"))
+        );
+        assert_eq!(json_path(&obj, ".status.missing"), None);
     }
 
     #[test]

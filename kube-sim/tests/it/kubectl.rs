@@ -95,6 +95,25 @@ async fn kubectl_applies_a_crd_and_a_custom_resource_then_merge_patches_it() {
         "{out}"
     );
 
+    let table = kubectl_ok(&sim, &["get", "widgets"]).await;
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "SIZE", "READY", "AGE"],
+        "the CRD's printer columns: {table}"
+    );
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.split_whitespace().take(2).eq(["w1", "3"])),
+        "{table}"
+    );
     let list: Value =
         serde_json::from_str(&kubectl_ok(&sim, &["get", "widgets", "-o", "json"]).await).unwrap();
     assert_eq!(list["items"][0]["spec"]["size"], 3);
