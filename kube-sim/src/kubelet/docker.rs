@@ -449,7 +449,12 @@ impl ContainerRuntime for DockerRuntime {
             .unwrap_or_else(|| image.image.clone());
         let container_name_in_pod = container["name"].as_str().unwrap_or("").to_string();
         let name = container_name(pod, &container_name_in_pod);
-        // The previous container of a restarted one goes first; its name is taken.
+        // The previous container of a restarted one goes first (with its token and probes); its name
+        // is taken.
+        let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("");
+        if let Some(previous) = self.latest(uid, &container_name_in_pod) {
+            self.remove(&previous).await;
+        }
         self.remove(&name).await;
         let ns = meta::namespace_of(pod).to_string();
         let service_account = meta::str_at(pod, "/spec/serviceAccountName")

@@ -34,7 +34,8 @@ const REGISTRY_NAME: &str = "kube-sim-it-registry:5000";
 const TEST_LABEL: &str = "kube-sim-it";
 
 /// A tiny HTTP server: `/healthz` answers 503 until `READY_AFTER_MS` passed, then 200. It prints its
-/// environment and whether the API server's address answers; with the argument `crash` it exits 1.
+/// environment and whether the API server's address answers; with the argument `crash` it exits 1, with
+/// `check` it exits 0 at once (for exec probes).
 const APP: &str = r#"
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -46,6 +47,9 @@ fn env(name: &str) -> String {
 
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
+    if mode == "check" {
+        std::process::exit(0);
+    }
     println!(
         "hello from {} greeting={} secret={} ns={} sa={}",
         env("POD_NAME"), env("GREETING"), env("SECRET"), env("POD_NAMESPACE"), env("SA")
@@ -277,9 +281,9 @@ impl Fixture {
         format!("{REGISTRY_NAME}/{repo}:v1")
     }
 
-    /// A simulator with the Docker kubelet on this network, listening on the network's gateway so pods
-    /// reach the API server, with the registry mapped like the `sim` provider maps it.
-    async fn sim(&self) -> Sim {
+    /// A `registries.yaml` like the `sim` provider's: the in-network name and a `localhost:<port>` key
+    /// share one endpoint.
+    fn registries_file(&self) -> PathBuf {
         let registries = self._context.path().join("registries.yaml");
         let endpoint = format!("http://{REGISTRY_NAME}");
         std::fs::write(
@@ -290,6 +294,13 @@ impl Fixture {
             ),
         )
         .expect("registries.yaml is written");
+        registries
+    }
+
+    /// A simulator with the Docker kubelet on this network, listening on the network's gateway so pods
+    /// reach the API server, with the registry mapped like the `sim` provider maps it.
+    async fn sim(&self) -> Sim {
+        let registries = self.registries_file();
         let mut config = Config::ephemeral();
         config.listen = format!("{}:0", self.gateway).parse().expect("an address");
         config.registries = Some(registries);
@@ -612,8 +623,38 @@ spec:
     assert_eq!(list_pods_as(&sim, &ca, &token).await, 200);
     assert_eq!(list_pods_as(&sim, &ca, "not-a-token").await, 401);
 
-    // Deleting the Deployment deletes its pods and their containers.
-    kubectl_ok(&sim, &["delete", "deployment", "web"]).await;
+    // Deleting the Deployment deletes its pods; a terminating pod's container gets its grace period
+    // (the app, PID 1 without a SIGTERM handler, ignores SIGTERM), so it still exists while the pod is
+    // marked, and both are gone at the end.
+    kubectl_ok(&sim, &["delete", "deployment", "web", "--wait=false"]).await;
+    let terminating = until(
+        &mut pods,
+        DEADLINE,
+        "a pod to be marked for deletion",
+        |e| {
+            applied(e)
+                .filter(|p| p.pointer("/metadata/deletionTimestamp").is_some())
+                .map(|p| {
+                    container_status(p)["containerID"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string()
+                })
+        },
+    )
+    .await;
+    let id = terminating.trim_start_matches("docker://");
+    let out = run(
+        "docker",
+        &["inspect", "--type", "container", id],
+        &[],
+        DEADLINE,
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "the container of a terminating pod is still there during its grace period"
+    );
     let mut deleted = 0;
     until(&mut pods, DEADLINE, "both pods to be deleted", |e| {
         if let kube_sim::store::WatchEvent::Deleted(_) = e {
@@ -729,7 +770,7 @@ async fn shutdown_removes_pod_containers_and_a_restarted_node_removes_leftovers(
         &sim,
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "server", "namespace": "default"},
             "spec": {"containers": [{"name": "app", "image": fx.image("demo/app"),
-                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}}),
+                "readinessProbe": {"exec": {"command": ["/app", "check"]}, "periodSeconds": 1}}]}}),
     )
     .await;
     until(&mut pods, DEADLINE, "the pod to become Ready", |e| {
@@ -759,5 +800,132 @@ async fn shutdown_removes_pod_containers_and_a_restarted_node_removes_leftovers(
     assert!(
         fx.containers().await.is_empty(),
         "shutdown removed the pod's container"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_liveness_probe_restarts_the_container() {
+    let fx = Fixture::start().await;
+    let sim = fx.sim().await;
+    let mut pods = watch(&sim.store().clone(), &GroupResource::pods(), None);
+    // The port answers (readiness passes) but `/healthz` never does (liveness fails).
+    create_pod(
+        &sim,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unhealthy", "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": fx.image("demo/app"),
+                "env": [{"name": "READY_AFTER_MS", "value": "3600000"}],
+                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1, "failureThreshold": 2}}]}}),
+    )
+    .await;
+    let mut was_ready = false;
+    let last = until(
+        &mut pods,
+        DEADLINE,
+        "a restart after failed liveness probes",
+        |e| {
+            let p = applied(e)?;
+            was_ready |= ready(p);
+            (container_status(p)["restartCount"].as_i64()? >= 1).then(|| p.clone())
+        },
+    )
+    .await;
+    assert!(
+        was_ready,
+        "the tcpSocket readiness probe passed before the kill"
+    );
+    let terminated = &container_status(&last)["lastState"]["terminated"];
+    assert_eq!(terminated["exitCode"], 137, "killed: {terminated}");
+    sim.shutdown().await;
+    fx.until_no_containers("after shutdown").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_runs_pods_on_docker_and_removes_them_on_sigterm() {
+    let fx = Fixture::start().await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let kubeconfig = dir.path().join("kubeconfig.yaml");
+    let registries = fx.registries_file();
+    let label = format!("{TEST_LABEL}={}", fx.id);
+    let listen = format!("{}:0", fx.gateway);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kube-sim"))
+        .args(["serve", "--listen", &listen, "--kubeconfig-out"])
+        .arg(&kubeconfig)
+        .arg("--registries")
+        .arg(&registries)
+        .args([
+            "--kubelet",
+            "docker",
+            "--docker-network",
+            &fx.network,
+            "--docker-label",
+            &label,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kube-sim starts");
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let url = tokio::time::timeout(
+        DEADLINE,
+        tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+                .map(|_| line)
+        }),
+    )
+    .await
+    .expect("the URL is printed within the deadline")
+    .unwrap()
+    .unwrap();
+    assert!(url.starts_with("https://"), "{url}");
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: server, namespace: default}}\nspec:\n  containers:\n  - name: app\n    image: {}\n    readinessProbe: {{httpGet: {{path: /healthz, port: 8080}}, periodSeconds: 1}}\n",
+        fx.image("demo/app")
+    );
+    let (_m, path) = manifest(&pod);
+    let apply = crate::kubectl_at(&kubeconfig, &["apply", "-f", path.to_str().unwrap()]).await;
+    assert!(
+        apply.status.success(),
+        "{}",
+        String::from_utf8_lossy(&apply.stderr)
+    );
+    let wait = run(
+        crate::KUBECTL,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "pod/server",
+            "--timeout=80s",
+        ],
+        &[("KUBECONFIG", kubeconfig.to_str().unwrap())],
+        DEADLINE,
+    )
+    .await;
+    assert!(
+        wait.status.success(),
+        "{}",
+        String::from_utf8_lossy(&wait.stderr)
+    );
+    assert_eq!(
+        fx.containers().await.len(),
+        1,
+        "the pod runs as a container"
+    );
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    let exit = tokio::time::timeout(DEADLINE, tokio::task::spawn_blocking(move || child.wait()))
+        .await
+        .expect("kube-sim exits within the deadline after SIGTERM")
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "kube-sim exits cleanly: {exit:?}");
+    assert!(
+        fx.containers().await.is_empty(),
+        "SIGTERM removed the pod containers: {:?}",
+        fx.containers().await
     );
 }
