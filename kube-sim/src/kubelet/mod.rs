@@ -928,7 +928,6 @@ fn pod_status(run: &PodRun, pod: &Value, node_ip: &str) -> Value {
         let mut c = Map::new();
         c.insert("type".into(), json!(kind));
         c.insert("status".into(), json!(status));
-        c.insert("lastProbeTime".into(), Value::Null);
         c.insert("lastTransitionTime".into(), since);
         if let Some(r) = reason {
             c.insert("reason".into(), json!(r));
