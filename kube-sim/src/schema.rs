@@ -292,7 +292,7 @@ pub fn prune_built_in(group: &str, plural: &str, obj: &mut Value) -> Vec<String>
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
 
     fn round_trip<K: serde::Serialize + serde::de::DeserializeOwned>(v: &Value) -> Option<Value> {
-        let typed: K = serde_json::from_value(v.clone()).ok()?;
+        let typed = K::deserialize(v).ok()?;
         serde_json::to_value(typed).ok()
     }
     let typed = match (group, plural) {

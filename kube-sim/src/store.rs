@@ -1643,6 +1643,10 @@ impl Store {
                 metadata_mut(&mut base).remove("managedFields");
             }
             new = base;
+            // A write that changes nothing keeps the stored object, field ownership included.
+            if same_ignoring_times(old, &new) {
+                return Ok((old.clone(), warnings));
+            }
             fieldmanager::track_update(
                 Some(old),
                 &mut new,

@@ -389,4 +389,8 @@ async fn plain_http_mode_serves_the_same_api_and_still_requires_the_token() {
     let status = crate::json(body);
     assert_eq!(status["code"], 401);
     assert_eq!(status["status"], "Failure");
+    for path in ["/healthz", "/readyz", "/livez"] {
+        let (code, body) = http_get(sim.addr(), path, "none").await;
+        assert_eq!((code, body.as_str()), (200, "ok"), "{path} needs no token");
+    }
 }
