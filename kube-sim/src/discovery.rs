@@ -238,3 +238,87 @@ pub fn openapi_v3_group_version(resources: &[Arc<ResourceInfo>], key: &str) -> O
         "components": {"schemas": schemas}
     }))
 }
+
+/// The media type of aggregated discovery (`apidiscovery.k8s.io/v2`).
+pub const AGGREGATED_MEDIA_TYPE: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// Whether an `Accept` header prefers aggregated discovery v2.
+pub fn wants_aggregated(accept: &str) -> bool {
+    accept.split(',').next().is_some_and(|first| {
+        first.contains("as=APIGroupDiscoveryList")
+            && first.contains("g=apidiscovery.k8s.io")
+            && first.contains("v=v2")
+            && !first.contains("v=v2beta1")
+    })
+}
+
+/// The aggregated discovery document of `/api` (`core: true`) or `/apis`: every group with every version
+/// and its resources in one `APIGroupDiscoveryList`.
+pub fn aggregated(resources: &[Arc<ResourceInfo>], core: bool) -> Value {
+    let mut groups: Vec<(String, Vec<String>)> = if core {
+        vec![(String::new(), vec!["v1".to_string()])]
+    } else {
+        self::groups(resources).into_iter().collect()
+    };
+    groups.retain(|(g, _)| g.is_empty() == core);
+    let items: Vec<Value> = groups
+        .iter()
+        .map(|(group, versions)| {
+            let versions: Vec<Value> = versions
+                .iter()
+                .map(|v| {
+                    let list: Vec<Value> = resources
+                        .iter()
+                        .filter(|r| r.group == *group && r.serves(v))
+                        .map(|r| aggregated_resource(r, v))
+                        .collect();
+                    json!({"version": v, "resources": list, "freshness": "Current"})
+                })
+                .collect();
+            json!({"metadata": {"name": group, "creationTimestamp": null}, "versions": versions})
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
+}
+
+fn aggregated_resource(r: &ResourceInfo, version: &str) -> Value {
+    let kind = |g: &str, v: &str, k: &str| json!({"group": g, "version": v, "kind": k});
+    let mut subresources = Vec::new();
+    if r.status_subresource {
+        subresources.push(
+            json!({"subresource": "status", "responseKind": kind(&r.group, version, &r.kind),
+            "verbs": ["get", "patch", "update"]}),
+        );
+    }
+    if r.scale_subresource {
+        subresources.push(
+            json!({"subresource": "scale", "responseKind": kind("autoscaling", "v1", "Scale"),
+            "verbs": ["get", "patch", "update"]}),
+        );
+    }
+    if r.log_subresource {
+        subresources.push(
+            json!({"subresource": "log", "responseKind": kind("", "v1", "Pod"), "verbs": ["get"]}),
+        );
+    }
+    let mut entry = json!({
+        "resource": r.plural,
+        "responseKind": kind(&r.group, version, &r.kind),
+        "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": r.singular,
+        "verbs": r.verbs(),
+    });
+    if let Value::Object(m) = &mut entry {
+        if !r.short_names.is_empty() {
+            m.insert("shortNames".into(), json!(r.short_names));
+        }
+        if !r.categories.is_empty() {
+            m.insert("categories".into(), json!(r.categories));
+        }
+        if !subresources.is_empty() {
+            m.insert("subresources".into(), Value::Array(subresources));
+        }
+    }
+    entry
+}

@@ -282,6 +282,23 @@ async fn handle(state: Arc<ServerState>, req: Request<Incoming>) -> Response<Bod
             None => error_response(&Error::ResourceNotFound),
         };
     }
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if (path == "/api" || path == "/apis")
+        && method == Method::GET
+        && discovery::wants_aggregated(accept)
+    {
+        let doc = discovery::aggregated(&state.store.resources(), path == "/api");
+        let mut r = json_response(StatusCode::OK, &doc);
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(discovery::AGGREGATED_MEDIA_TYPE),
+        );
+        return r;
+    }
     match route(&state, &path) {
         Route::Discovery(doc) if method == Method::GET => json_response(StatusCode::OK, &doc),
         Route::Discovery(_) => error_response(&Error::MethodNotAllowed),

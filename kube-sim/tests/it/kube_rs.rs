@@ -313,3 +313,33 @@ async fn streaming_list_watcher_gets_initial_events_and_the_end_bookmark() {
         other => panic!("unexpected {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn aggregated_discovery_lists_every_group_in_one_document() {
+    let sim = start().await;
+    install_crd(&sim, WIDGET_CRD).await;
+    let client = sim.client().await.unwrap();
+    let discovery = tokio::time::timeout(DEADLINE, Discovery::new(client.clone()).run_aggregated())
+        .await
+        .unwrap()
+        .unwrap();
+    for (group, kind) in [
+        ("", "Pod"),
+        ("apps", "Deployment"),
+        ("example.com", "Widget"),
+    ] {
+        let gvk = GroupVersionKind::gvk(group, "v1", kind);
+        let (_, caps) = discovery
+            .resolve_gvk(&gvk)
+            .unwrap_or_else(|| panic!("{gvk:?} is discovered"));
+        assert!(caps.supports_operation("patch"));
+    }
+    let (code, body) =
+        crate::raw(&client, http::Method::GET, "/apis", "application/json", "").await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        crate::json(&body)["kind"],
+        "APIGroupList",
+        "without the aggregated Accept header, the legacy list"
+    );
+}
