@@ -352,6 +352,7 @@ impl Rollout<'_> {
                         self.store,
                         &self.d,
                         COMPONENT,
+                        "Normal",
                         "ScalingReplicaSet",
                         &format!("Scaled up replica set {name} from 0 to {count}"),
                     );
@@ -651,6 +652,7 @@ impl Rollout<'_> {
                 self.store,
                 &self.d,
                 COMPONENT,
+                "Normal",
                 "ScalingReplicaSet",
                 &format!(
                     "Scaled {direction} replica set {} from {from} to {size}",

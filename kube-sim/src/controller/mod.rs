@@ -237,6 +237,7 @@ pub(crate) fn record_event(
     store: &Store,
     involved: &Value,
     component: &str,
+    event_type: &str,
     reason: &str,
     message: &str,
 ) {
@@ -255,7 +256,7 @@ pub(crate) fn record_event(
         },
         "reason": reason,
         "message": message,
-        "type": "Normal",
+        "type": event_type,
         "source": {"component": component},
         "firstTimestamp": now,
         "lastTimestamp": now,

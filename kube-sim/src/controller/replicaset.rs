@@ -250,6 +250,7 @@ fn manage_replicas(
                         store,
                         rs,
                         COMPONENT,
+                        "Normal",
                         "SuccessfulDelete",
                         &format!("Deleted pod: {}", meta::name_of(pod)),
                     ),
@@ -308,6 +309,7 @@ fn create_pod(store: &Store, config: &Config, rs: &Value) -> Result<(), Error> {
                     store,
                     rs,
                     COMPONENT,
+                    "Normal",
                     "SuccessfulCreate",
                     &format!("Created pod: {}", meta::name_of(&created)),
                 );

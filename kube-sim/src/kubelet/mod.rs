@@ -349,6 +349,7 @@ struct PodRun {
     restart_policy: String,
     volumes_ready: bool,
     volumes_next: Option<Instant>,
+    mount_failure_reported: bool,
 }
 
 async fn pod_worker<R: ContainerRuntime>(k: Arc<Kubelet<R>>, mut rx: watch::Receiver<Value>) {
@@ -404,6 +405,7 @@ async fn pod_worker<R: ContainerRuntime>(k: Arc<Kubelet<R>>, mut rx: watch::Rece
             .to_string(),
         volumes_ready: false,
         volumes_next: Some(Instant::now()),
+        mount_failure_reported: false,
     };
     let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(usize, String, runtime::Exit)>();
     write_status(&k, &run, &pod);
@@ -472,6 +474,16 @@ async fn step<R: ContainerRuntime>(
             }
             Some(what) => {
                 tracing::debug!(pod = %run.name, %what, "waiting for a volume source");
+                if !run.mount_failure_reported {
+                    event(
+                        k,
+                        run,
+                        "Warning",
+                        "FailedMount",
+                        &format!("MountVolume.SetUp failed: {what}"),
+                    );
+                    run.mount_failure_reported = true;
+                }
                 run.volumes_next = Some(now + k.config.backoff_base);
                 return;
             }
@@ -506,6 +518,15 @@ async fn step<R: ContainerRuntime>(
             Stage::PullFailed { .. } => {
                 c.stage = Stage::PullBackOff;
                 c.next = Some(now + k.config.backoff(c.pull_failures) / 2);
+                let image = c.image().to_string();
+                event(
+                    k,
+                    run,
+                    "Normal",
+                    "BackOff",
+                    &format!("Back-off pulling image \"{image}\""),
+                );
+                event(k, run, "Warning", "Failed", "Error: ImagePullBackOff");
             }
             Stage::Creating
             | Stage::PullBackOff
@@ -534,10 +555,13 @@ async fn start_container<R: ContainerRuntime>(
         Ok(r) => r,
         Err(e) => {
             let c = &mut run.containers[i];
+            let message = format!("Failed to apply default image tag \"{image}\": {e}");
             c.stage = Stage::InvalidName {
-                message: format!("Failed to apply default image tag \"{image}\": {e}"),
+                message: message.clone(),
             };
             c.next = None;
+            event(k, run, "Warning", "InspectFailed", &message);
+            event(k, run, "Warning", "Failed", "Error: InvalidImageName");
             return;
         }
     };
@@ -559,8 +583,18 @@ async fn start_container<R: ContainerRuntime>(
                     let c = &mut run.containers[i];
                     c.pull_failures += 1;
                     tracing::debug!(pod = %run.name, container = %c.name, error = %e, "image pull failed");
-                    c.stage = Stage::PullFailed { message: e.message };
+                    c.stage = Stage::PullFailed {
+                        message: e.message.clone(),
+                    };
                     c.next = Some(Instant::now() + cfg.backoff(c.pull_failures) / 2);
+                    event(
+                        k,
+                        run,
+                        "Warning",
+                        "Failed",
+                        &format!("Failed to pull image \"{image}\": {}", e.message),
+                    );
+                    event(k, run, "Warning", "Failed", "Error: ErrImagePull");
                     return;
                 }
             }
@@ -580,7 +614,14 @@ async fn start_container<R: ContainerRuntime>(
     drop(serial);
     if let Some(message) = missing_config_reference(&k.store, pod, &run.containers[i].spec) {
         let c = &mut run.containers[i];
-        c.stage = Stage::ConfigError { message };
+        let first = !matches!(&c.stage, Stage::ConfigError { message: m } if *m == message);
+        c.stage = Stage::ConfigError {
+            message: message.clone(),
+        };
+        if first {
+            event(k, run, "Warning", "Failed", &format!("Error: {message}"));
+        }
+        let c = &mut run.containers[i];
         c.next = Some(Instant::now() + cfg.backoff_base);
         return;
     }
@@ -679,6 +720,24 @@ fn container_exited<R: ContainerRuntime>(
         ),
     };
     c.next = Some(Instant::now() + backoff);
+    let message = format!(
+        "Back-off restarting failed container {} in pod {pod_ref}",
+        c.name
+    );
+    event(k, run, "Warning", "BackOff", &message);
+}
+
+/// Records an event about the pod, from the kubelet.
+fn event<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &PodRun,
+    event_type: &str,
+    reason: &str,
+    message: &str,
+) {
+    let involved = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": run.name, "namespace": run.namespace, "uid": run.uid}});
+    crate::controller::record_event(&k.store, &involved, MANAGER, event_type, reason, message);
 }
 
 /// A back-off the way Go prints a duration: `10s`, `1m20s`, `200ms`.

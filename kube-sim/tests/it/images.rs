@@ -143,6 +143,34 @@ async fn a_missing_image_reaches_image_pull_back_off() {
         status(last)["state"]["waiting"]["message"],
         format!("Back-off pulling image \"{MIRROR_NAME}/nothing-here:v1\"")
     );
+    let events = sim
+        .store()
+        .list(
+            &GroupResource::events(),
+            Some("default"),
+            &kube_sim::store::ListOptions {
+                field_selector: Some("involvedObject.name=missing".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+        .items;
+    let said = |reason: &str, prefix: &str| {
+        events.iter().any(|e| {
+            e["reason"] == reason
+                && e["message"].as_str().is_some_and(|m| m.starts_with(prefix))
+                && e["source"]["component"] == "kubelet"
+        })
+    };
+    assert!(
+        said(
+            "Failed",
+            &format!("Failed to pull image \"{MIRROR_NAME}/nothing-here:v1\"")
+        ),
+        "{events:?}"
+    );
+    assert!(said("Failed", "Error: ErrImagePull"), "{events:?}");
+    assert!(said("BackOff", "Back-off pulling image"), "{events:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
