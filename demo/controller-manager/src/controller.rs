@@ -91,24 +91,29 @@ pub async fn reconcile(pool: Arc<WorkerPool>, context: Arc<Context>) -> Result<A
             source,
         }
     };
-    let desired = deployment::desired(&pool)?;
     let pools = Api::<WorkerPool>::namespaced(context.client.clone(), &namespace);
     let deployments = Api::<Deployment>::namespaced(context.client.clone(), &namespace);
 
-    // The cache can lag behind a deletion; applying then would recreate the
-    // Deployment of a WorkerPool that is gone (the garbage collector would
-    // remove it again). Ask the API server.
+    // The cache can lag: reconcile the WorkerPool as the API server has it
+    // now. When it is gone, applying would recreate the Deployment of a
+    // WorkerPool that no longer exists.
     let current = pools
         .get_opt(&name)
         .await
         .map_err(api_err("read the WorkerPool"))?;
-    let same = current.is_some_and(|c| {
-        c.metadata.uid == pool.metadata.uid && c.metadata.deletion_timestamp.is_none()
-    });
-    if !same {
-        debug!(workerpool = %format!("{namespace}/{name}"), "gone; nothing to do");
-        return Ok(Action::await_change());
-    }
+    let pool = match current {
+        Some(current)
+            if current.metadata.uid == pool.metadata.uid
+                && current.metadata.deletion_timestamp.is_none() =>
+        {
+            current
+        }
+        _ => {
+            debug!(workerpool = %format!("{namespace}/{name}"), "gone; nothing to do");
+            return Ok(Action::await_change());
+        }
+    };
+    let desired = deployment::desired(&pool)?;
 
     if let Some(existing) = deployments
         .get_opt(&name)
