@@ -99,3 +99,47 @@ fn the_controller_manager_runs_the_image_the_component_pushes() {
         Some("dev-env-registry:5000/demo/controller-manager:dev")
     );
 }
+
+/// Every component of `dev-env.yaml` rolls out an object these manifests
+/// declare, whose named container runs the component's image.
+#[test]
+fn the_components_roll_out_objects_the_manifests_declare() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let config: serde_json::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(root.join("dev-env.yaml")).unwrap()).unwrap();
+    let pool: WorkerPool = serde_yaml::from_str(&manifest("40-workerpool-default.yaml")).unwrap();
+    let deployment: Deployment =
+        serde_yaml::from_str(&manifest("30-controller-manager.yaml")).unwrap();
+    let components = config["components"].as_object().unwrap();
+    for name in ["worker", "controller-manager"] {
+        let component = &components[name];
+        let rollout = &component["rollout"];
+        let (kind, namespace, object, container) = (
+            rollout["kind"].as_str().unwrap(),
+            rollout["namespace"].as_str().unwrap(),
+            rollout["name"].as_str().unwrap(),
+            rollout["container"].as_str().unwrap(),
+        );
+        let (meta, pod) = match kind {
+            "WorkerPool" => (&pool.metadata, pool.spec.template.spec.as_ref()),
+            "Deployment" => (&deployment.metadata, deployment.spec.template.spec.as_ref()),
+            other => panic!("{name}: unexpected rollout kind {other}"),
+        };
+        assert_eq!(meta.name.as_deref(), Some(object), "{name}");
+        assert_eq!(meta.namespace.as_deref(), Some(namespace), "{name}");
+        let image = pod
+            .unwrap()
+            .containers
+            .iter()
+            .find(|c| c.name == container)
+            .unwrap_or_else(|| panic!("{name}: no container {container}"))
+            .image
+            .clone()
+            .unwrap();
+        let expected = format!(
+            "dev-env-registry:5000/{}:dev",
+            component["image"].as_str().unwrap()
+        );
+        assert_eq!(image, expected, "{name}");
+    }
+}
