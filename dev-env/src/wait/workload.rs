@@ -5,6 +5,7 @@
 //! - kubectl's rule: `observedGeneration >= generation`, no
 //!   `ProgressDeadlineExceeded`, `updatedReplicas >= spec.replicas`,
 //!   `replicas <= updatedReplicas`, `availableReplicas >= updatedReplicas`;
+//! - no pod of an older ReplicaSet is left, not even a terminating one;
 //! - the new ReplicaSet (the one whose revision is the Deployment's) has at
 //!   least `spec.replicas` Ready, non-terminating pods, and each reports the
 //!   wanted digest in the named container's `imageID` (digest part only).
@@ -449,6 +450,22 @@ pub fn evaluate(
             detail.join("; ")
         ));
     }
+    // Old pods count as gone for kubectl once they terminate; the pushed
+    // code is the only code running only once they have stopped.
+    let mut old: Vec<String> = pods
+        .iter()
+        .filter(|p| p.labels().get("pod-template-hash") != Some(&hash))
+        .map(|p| p.name_any())
+        .collect();
+    if !old.is_empty() {
+        old.sort();
+        return Verdict::Pending(format!(
+            "{name}: {} old pod(s) still terminating: {}",
+            old.len(),
+            old.join(", ")
+        ));
+    }
+
     ready.sort();
     Verdict::Done {
         pods: ready,

@@ -105,7 +105,7 @@ fn old_replicas_pending_termination_keep_it_waiting() {
 }
 
 #[test]
-fn done_needs_every_ready_new_pod_to_run_the_digest_and_ignores_terminating_ones() {
+fn done_needs_every_ready_new_pod_on_the_digest_and_no_old_pod_left() {
     let rs = [
         replica_set("web-old", "1", "old"),
         replica_set("web-new", "2", "new"),
@@ -130,6 +130,13 @@ fn done_needs_every_ready_new_pod_to_run_the_digest_and_ignores_terminating_ones
         &format!("docker.io/library/web@{DIGEST}"),
         false,
     );
+    // Ready with the digest, but an old pod still runs: not yet.
+    let verdict = evaluate(&deploy, &rs, &pods, &want(Some(DIGEST)));
+    assert!(
+        matches!(&verdict, Verdict::Pending(m) if m.contains("1 old pod(s) still terminating: c")),
+        "{verdict}"
+    );
+    pods.pop();
     let verdict = evaluate(&deploy, &rs, &pods, &want(Some(DIGEST)));
     assert_eq!(
         verdict,
