@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use serde_json::Value;
 
 use crate::meta;
-use crate::store::{self, PodLogs};
+use crate::store::{self, LogOptions, LogStream, PodLogs};
 
 /// Log lines by pod `uid` and container name, for the pods of one node.
 pub struct Logs {
@@ -46,6 +46,27 @@ impl Logs {
 }
 
 impl PodLogs for Logs {
+    /// The whole log, or its last `tailLines` lines. Virtual containers write nothing after their start
+    /// line, so a `follow` request ends with the text there is.
+    fn stream(
+        &self,
+        pod: &Value,
+        container: Option<&str>,
+        options: &LogOptions,
+    ) -> Option<store::Result<LogStream>> {
+        let text = match self.logs(pod, container) {
+            Ok(t) => t,
+            Err(e) => return Some(Err(e)),
+        };
+        let text = match options.tail_lines {
+            Some(n) if n >= 0 => tail(&text, n as usize),
+            _ => text,
+        };
+        Some(Ok(Box::pin(futures::stream::once(async move {
+            bytes::Bytes::from(text)
+        }))))
+    }
+
     fn logs(&self, pod: &Value, container: Option<&str>) -> store::Result<String> {
         let name = meta::name_of(pod);
         let names: Vec<&str> = pod
@@ -95,5 +116,26 @@ impl PodLogs for Logs {
                 )))
             }
         }
+    }
+}
+
+/// The last `n` lines of a text whose lines all end in a newline.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_last_lines() {
+        assert_eq!(tail("a\nb\nc\n", 2), "b\nc\n");
+        assert_eq!(tail("a\n", 5), "a\n");
+        assert_eq!(tail("a\nb\n", 0), "");
     }
 }

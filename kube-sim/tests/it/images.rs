@@ -215,7 +215,7 @@ async fn pitfall_5_image_id_is_normalised_empty_before_start_and_set_in_crash_lo
         |p| match p["metadata"]["name"].as_str() {
             Some("crashy") => {
                 waiting(p) == Some("CrashLoopBackOff")
-                    && status(p)["restartCount"].as_i64() >= Some(1)
+                    && status(p)["restartCount"].as_i64() >= Some(2)
             }
             _ => ready(p),
         },
@@ -248,4 +248,10 @@ async fn pitfall_5_image_id_is_normalised_empty_before_start_and_set_in_crash_lo
             .any(|p| waiting(p) == Some("ContainerCreating") && status(p)["imageID"] == ""),
         "the crashing container also started without an image ID"
     );
+    // One log line per container start; `tailLines` keeps the last.
+    let all = kubectl_ok(&sim, &["logs", "crashy"]).await;
+    assert!(all.lines().count() >= 2, "{all}");
+    let last = kubectl_ok(&sim, &["logs", "crashy", "--tail=1"]).await;
+    assert_eq!(last.lines().count(), 1, "{last}");
+    assert_eq!(last.lines().next(), all.lines().last());
 }
