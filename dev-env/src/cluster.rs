@@ -167,9 +167,11 @@ async fn create(
     // Keep the port of an earlier run when it is still free, so kubeconfigs
     // handed to other tools stay valid; otherwise pick a free one. The port
     // is fixed in the container's config, so restarts keep it too.
-    let host_port = match state.api_port.filter(|p| port_is_free(*p)) {
+    let host_port = match state.api_port.filter(|p| docker::loopback_port_is_free(*p)) {
         Some(port) => port,
-        None => free_port()?,
+        None => docker::free_loopback_port().map_err(|e| Error::NoFreePort {
+            reason: e.to_string(),
+        })?,
     };
     state.api_port = Some(host_port);
     let host_port = host_port.to_string();
@@ -402,17 +404,4 @@ fn random_token() -> String {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .expect("/dev/urandom is readable");
     hex::encode(bytes)
-}
-
-fn free_port() -> Result<u16, Error> {
-    std::net::TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| Error::NoFreePort {
-            reason: e.to_string(),
-        })
-}
-
-fn port_is_free(port: u16) -> bool {
-    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
 }

@@ -180,3 +180,16 @@ pub fn is_running(container: &ContainerInspectResponse) -> bool {
         .and_then(|s| s.running)
         .unwrap_or(false)
 }
+
+/// A port on 127.0.0.1 that is free right now: where the harness publishes
+/// what it runs when no port is declared.
+pub fn free_loopback_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind(("127.0.0.1", 0))?
+        .local_addr()?
+        .port())
+}
+
+/// Whether `port` on 127.0.0.1 is free right now.
+pub fn loopback_port_is_free(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+}

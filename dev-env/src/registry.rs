@@ -17,7 +17,6 @@
 
 use std::{
     collections::HashMap,
-    net::TcpListener,
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -244,7 +243,9 @@ pub async fn ensure_labelled(
         None => {
             let port = match (registry.host_port, state.registry_port) {
                 (0, Some(kept)) => kept,
-                (0, None) => free_port()?,
+                (0, None) => {
+                    engine::free_loopback_port().map_err(|source| Error::NoFreePort { source })?
+                }
                 (declared, _) => declared,
             };
             let image = registry_image(docker, &registry.image).await?;
@@ -307,17 +308,6 @@ pub async fn wait_ready_within(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// A port on 127.0.0.1 that is free right now.
-pub fn free_port() -> Result<u16, Error> {
-    let listener =
-        TcpListener::bind(("127.0.0.1", 0)).map_err(|source| Error::NoFreePort { source })?;
-    let port = listener
-        .local_addr()
-        .map_err(|source| Error::NoFreePort { source })?
-        .port();
-    Ok(port)
 }
 
 /// The image to run: `wanted` when present or pullable, otherwise the

@@ -61,7 +61,7 @@ pub enum Error {
         message: String,
         logs: Option<String>,
     },
-    #[error("deployment {namespace}/{name} exceeded its progress deadline: {message}")]
+    #[error("{namespace}/{name} exceeded its progress deadline: {message}")]
     ProgressDeadline {
         namespace: String,
         name: String,
@@ -516,6 +516,15 @@ pub async fn worker_pool(
             }
             Ok(Some(Err(_))) => continue,
             Ok(Some(Ok(pool))) => {
+                // The controller reports a Deployment that ran out of time as
+                // Progressing with that reason: fail at once.
+                if let Some(message) = progress_deadline_exceeded(&pool.data) {
+                    return Err(Error::ProgressDeadline {
+                        namespace: namespace.to_string(),
+                        name: name.to_string(),
+                        message,
+                    });
+                }
                 let (done, seen) = pool_converged(&pool.data, generation);
                 last = seen;
                 if done {
@@ -524,6 +533,16 @@ pub async fn worker_pool(
             }
         }
     }
+}
+
+/// The message of a `Progressing` condition whose reason is
+/// `ProgressDeadlineExceeded`, if there is one.
+pub fn progress_deadline_exceeded(data: &Value) -> Option<String> {
+    data.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Progressing" && c["reason"] == "ProgressDeadlineExceeded")
+        .map(|c| c["message"].as_str().unwrap_or_default().to_string())
 }
 
 /// Whether a WorkerPool's status says the rollout of `generation` is

@@ -216,3 +216,14 @@ fn a_pool_converges_only_for_the_asked_generation() {
     let (done, seen) = pool_converged(&pool(4, "False"), 4);
     assert!(done, "{seen}");
 }
+
+#[test]
+fn a_pool_past_its_progress_deadline_is_reported() {
+    let pool = json!({"status": {"conditions": [
+        {"type": "Progressing", "status": "True", "reason": "ProgressDeadlineExceeded", "message": "too slow"}]}});
+    assert_eq!(
+        progress_deadline_exceeded(&pool),
+        Some(String::from("too slow"))
+    );
+    assert_eq!(progress_deadline_exceeded(&json!({"status": {}})), None);
+}
