@@ -578,3 +578,78 @@ async fn a_stuck_rollout_exceeds_its_progress_deadline() {
         "{stderr}"
     );
 }
+
+/// `kubectl rollout history` and `undo` read the revision annotations and go back to the previous
+/// ReplicaSet, which gets the next revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_rollout_undo_returns_to_the_previous_replica_set() {
+    let registry = Registry::start().await;
+    registry.push("undo", "v1", &[]).await;
+    registry.push("undo", "v2", &[]).await;
+    let sim = registry.sim(|_| {}).await;
+    let store = sim.store().clone();
+    let (_dir, path) = manifest(&deployment_yaml(
+        "undo",
+        2,
+        &format!("{MIRROR_NAME}/undo:v1"),
+    ));
+    kubectl_ok(
+        &sim,
+        &["apply", "--server-side", "-f", path.to_str().unwrap()],
+    )
+    .await;
+    rolled_out(&store, "undo").await;
+    set_image(&store, "undo", &format!("{MIRROR_NAME}/undo:v2"));
+    kubectl_ok(
+        &sim,
+        &["rollout", "status", "deployment/undo", "--timeout=20s"],
+    )
+    .await;
+    let history = kubectl_ok(&sim, &["rollout", "history", "deployment/undo"]).await;
+    let revisions: Vec<&str> = history
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.chars().all(|c| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(revisions, ["1", "2"], "{history}");
+
+    kubectl_ok(&sim, &["rollout", "undo", "deployment/undo"]).await;
+    kubectl_ok(
+        &sim,
+        &["rollout", "status", "deployment/undo", "--timeout=20s"],
+    )
+    .await;
+    let d = store
+        .get(&GroupResource::deployments(), Some("default"), "undo")
+        .unwrap();
+    assert_eq!(
+        d["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("{MIRROR_NAME}/undo:v1")
+    );
+    assert_eq!(
+        d["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "3"
+    );
+    let rss = store
+        .list(
+            &GroupResource::replicasets(),
+            Some("default"),
+            &ListOptions::default(),
+        )
+        .unwrap()
+        .items;
+    assert_eq!(rss.len(), 2, "the first ReplicaSet was reused");
+    let active: Vec<&Value> = rss
+        .iter()
+        .filter(|r| int(r, "/spec/replicas") > 0)
+        .collect();
+    assert_eq!(active.len(), 1);
+    assert_eq!(
+        active[0]["metadata"]["annotations"]["deployment.kubernetes.io/revision"],
+        "3"
+    );
+    assert_eq!(
+        active[0]["metadata"]["annotations"]["deployment.kubernetes.io/revision-history"],
+        "1"
+    );
+}
