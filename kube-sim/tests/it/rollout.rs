@@ -653,3 +653,36 @@ async fn kubectl_rollout_undo_returns_to_the_previous_replica_set() {
         "1"
     );
 }
+
+/// `minReadySeconds`: pods count as available only after being Ready that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_ready_seconds_delays_availability() {
+    let registry = Registry::start().await;
+    registry.push("slow", "v1", &[]).await;
+    let sim = registry.sim(|_| {}).await;
+    let store = sim.store().clone();
+    let yaml = deployment_yaml("slow", 2, &format!("{MIRROR_NAME}/slow:v1")).replace(
+        "spec:\n  replicas",
+        "spec:\n  minReadySeconds: 1\n  replicas",
+    );
+    let (_dir, path) = manifest(&yaml);
+    let mut events = watch(&store, &GroupResource::deployments(), None);
+    kubectl_ok(
+        &sim,
+        &["apply", "--server-side", "-f", path.to_str().unwrap()],
+    )
+    .await;
+    let mut ready_not_available = false;
+    until(&mut events, DEADLINE, "the rollout to complete", |e| {
+        let d = applied(e)?;
+        if int(d, "/status/readyReplicas") == 2 && int(d, "/status/availableReplicas") < 2 {
+            ready_not_available = true;
+        }
+        complete(d).then_some(())
+    })
+    .await;
+    assert!(
+        ready_not_available,
+        "pods were Ready before they counted as available"
+    );
+}
