@@ -745,6 +745,7 @@ fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, Error> {
                 .map_err(|_| Error::BadRequest(format!("invalid gracePeriodSeconds {g:?}")))?,
         );
     }
+    opts.propagation_policy = q.get("propagationPolicy").map(str::to_string);
     if !body.iter().all(u8::is_ascii_whitespace) {
         let v = parse_json(body)?;
         if let Some(g) = v.get("gracePeriodSeconds").and_then(Value::as_i64) {
@@ -758,6 +759,12 @@ fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, Error> {
         }
         if let Some(uid) = v.pointer("/preconditions/uid").and_then(Value::as_str) {
             opts.uid = Some(uid.to_string());
+        }
+        if let Some(policy) = v.get("propagationPolicy").and_then(Value::as_str) {
+            opts.propagation_policy = Some(policy.to_string());
+        }
+        if v.get("orphanDependents") == Some(&Value::Bool(true)) {
+            opts.propagation_policy = Some("Orphan".to_string());
         }
         if v.get("dryRun")
             .and_then(Value::as_array)

@@ -294,6 +294,10 @@ pub struct DeleteOptions {
     pub uid: Option<String>,
     /// Validate and return the result without storing it.
     pub dry_run: bool,
+    /// `Orphan` removes this object from the `ownerReferences` of its dependents before deleting it, so
+    /// the garbage collector leaves them alone; `Background` (the default) and `Foreground` leave the
+    /// dependents to the garbage collector.
+    pub propagation_policy: Option<String>,
 }
 
 /// What a delete did.
@@ -1111,6 +1115,12 @@ impl Store {
                 ),
             });
         }
+        if opts.propagation_policy.as_deref() == Some("Orphan")
+            && !opts.dry_run
+            && let Some(uid) = meta::str_at(&old, "/metadata/uid")
+        {
+            orphan_dependents(&mut st, &self.shared.config, uid);
+        }
         let has_finalizers = !meta::is_empty_value(old.pointer("/metadata/finalizers"));
         let is_namespace = *gr == GroupResource::namespaces();
         let grace = if *gr == GroupResource::pods() {
@@ -1830,6 +1840,44 @@ fn push_event(
         if let Some(e) = st.log.pop_front() {
             st.compacted_through = e.rv;
         }
+    }
+}
+
+/// Removes the owner reference to `uid` from every object that has one, each removal a `MODIFIED` event.
+/// The caller notifies watchers after its own write.
+fn orphan_dependents(st: &mut State, config: &StoreConfig, uid: &str) {
+    let mut dependents: Vec<(GroupResource, Key, Arc<Value>)> = Vec::new();
+    for (gr, objects) in &st.objects {
+        for (key, obj) in objects {
+            let owned = obj
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| {
+                    refs.iter()
+                        .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
+                });
+            if owned {
+                dependents.push((gr.clone(), key.clone(), obj.clone()));
+            }
+        }
+    }
+    for (gr, key, old) in dependents {
+        let mut new = (*old).clone();
+        let md = metadata_mut(&mut new);
+        if let Some(Value::Array(refs)) = md.get_mut("ownerReferences") {
+            refs.retain(|r| r.get("uid").and_then(Value::as_str) != Some(uid));
+            if refs.is_empty() {
+                md.remove("ownerReferences");
+            }
+        }
+        let rv = next_rv(st);
+        set_rv(&mut new, rv);
+        let new = Arc::new(new);
+        st.objects
+            .entry(gr.clone())
+            .or_default()
+            .insert(key.clone(), new.clone());
+        push_event(st, config, &gr, &key.0, EventKind::Modified, new, Some(old));
     }
 }
 

@@ -394,3 +394,29 @@ async fn plain_http_mode_serves_the_same_api_and_still_requires_the_token() {
         assert_eq!((code, body.as_str()), (200, "ok"), "{path} needs no token");
     }
 }
+
+#[tokio::test]
+async fn orphan_deletion_removes_the_owner_reference_from_dependents() {
+    let sim = start().await;
+    let client = sim.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let owner: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "owner"}})).unwrap();
+    let owner = cms.create(&PostParams::default(), &owner).await.unwrap();
+    let uid = owner.metadata.uid.unwrap();
+    let dependent: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "dependent", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}]}}),
+    )
+    .unwrap();
+    cms.create(&PostParams::default(), &dependent)
+        .await
+        .unwrap();
+    cms.delete("owner", &DeleteParams::orphan()).await.unwrap();
+    assert!(cms.get_opt("owner").await.unwrap().is_none());
+    let orphaned = cms.get("dependent").await.unwrap();
+    assert!(
+        orphaned.metadata.owner_references.is_none(),
+        "{:?}",
+        orphaned.metadata.owner_references
+    );
+}
