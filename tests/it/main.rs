@@ -1,6 +1,7 @@
 //! Integration tests of the workspace, one binary. Tests that need Docker
 //! or the distribution registry fail loudly when those are missing.
 
+mod deliver;
 mod image;
 mod lifecycle;
 mod registry;

@@ -1,0 +1,275 @@
+//! `push-image` and `reload` end to end: the real engine, the real
+//! registry, a kube-sim node whose pods run as containers, and a small HTTP
+//! service built with the cargo backend.
+
+use std::{path::PathBuf, time::Duration};
+
+use dev_env::{
+    config::Config,
+    deliver::{self, Outcome, Phase, Progress, PushFlags},
+    lifecycle::{self, UpOptions},
+    rollout,
+    state::State,
+};
+use dev_env_tests::{DockerCleanup, repo_root, require_docker, unique_name};
+use xshell::{Shell, cmd};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+
+struct Quiet;
+
+impl Progress for Quiet {
+    fn phase(&self, component: &str, phase: Phase, detail: &str) {
+        eprintln!("{component}: {phase:?}: {detail}");
+    }
+}
+
+/// A project in `target/it/<name>/` (so the sim provider finds `kube-sim`
+/// above it): a one-crate workspace `app` serving HTTP on 8080, its
+/// Deployment, and a `dev-env.yaml` declaring it.
+struct App {
+    dir: PathBuf,
+    name: String,
+    _cleanup: DockerCleanup,
+}
+
+impl App {
+    fn new() -> App {
+        require_docker();
+        let name = unique_name("dlv");
+        let dir = repo_root().join("target/it").join(&name);
+        let write = |path: &str, text: &str| {
+            let path = dir.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        };
+        write(
+            "Cargo.toml",
+            "[workspace]\nmembers = [\"app\"]\nresolver = \"3\"\n",
+        );
+        write(
+            "app/Cargo.toml",
+            "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+        );
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let subnet = format!("10.{}.{}.0/24", 200 + nanos % 50, (nanos / 50) % 250);
+        write(
+            "dev-env.yaml",
+            &format!(
+                "name: {name}\nnetwork: {{ipv4Subnet: {subnet}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n\
+                 components:\n  app:\n    image: {name}/app\n    build: {{cargo: {{package: app}}}}\n    \
+                 rollout: {{kind: Deployment, namespace: shop, name: app, container: app}}\n"
+            ),
+        );
+        write(
+            "manifests/app.yaml",
+            &format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: shop}}\n---\n\
+                 apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: app, namespace: shop}}\nspec:\n  replicas: 2\n  \
+                 selector: {{matchLabels: {{app: app}}}}\n  template:\n    metadata: {{labels: {{app: app}}}}\n    spec:\n      \
+                 terminationGracePeriodSeconds: 1\n      containers:\n      - name: app\n        image: {name}-registry:5000/{name}/app:dev\n        \
+                 readinessProbe: {{httpGet: {{path: /, port: 8080}}, periodSeconds: 1}}\n"
+            ),
+        );
+        let app = App {
+            dir,
+            name: name.clone(),
+            _cleanup: {
+                let mut cleanup = DockerCleanup::default();
+                cleanup.containers = vec![format!("{name}-server-0"), format!("{name}-registry")];
+                cleanup.volumes = vec![format!("{name}-registry-data")];
+                cleanup.networks = vec![name.clone()];
+                cleanup
+            },
+        };
+        app.source("v1", false);
+        app
+    }
+
+    /// Writes the service: it answers every request with `version`, or
+    /// exits at once when `crash`.
+    fn source(&self, version: &str, crash: bool) {
+        let crash = if crash {
+            "println!(\"crashing on purpose\"); std::process::exit(3);"
+        } else {
+            ""
+        };
+        let text = format!(
+            "use std::io::{{Read, Write}};\n\
+             fn main() {{\n    {crash}\n    println!(\"app {version} listening on 8080\");\n    \
+             let listener = std::net::TcpListener::bind(\"0.0.0.0:8080\").unwrap();\n    \
+             for stream in listener.incoming() {{\n        let Ok(mut s) = stream else {{ continue }};\n        \
+             let mut buf = [0u8; 1024];\n        let _ = s.read(&mut buf);\n        \
+             let _ = s.write_all(b\"HTTP/1.1 200 OK\\r\\ncontent-length: 2\\r\\n\\r\\n{version}\");\n    }}\n}}\n"
+        );
+        std::fs::create_dir_all(self.dir.join("app/src")).unwrap();
+        std::fs::write(self.dir.join("app/src/main.rs"), text).unwrap();
+    }
+
+    fn config(&self) -> Config {
+        Config::load(&self.dir.join("dev-env.yaml")).unwrap()
+    }
+
+    /// `imageID`s of the Ready, non-terminating pods, via kubectl.
+    fn running(&self) -> Vec<String> {
+        let sh = Shell::new().unwrap();
+        let kc = self
+            .dir
+            .join(".dev-env")
+            .join(&self.name)
+            .join("kubeconfig.host");
+        let path = "jsonpath={range .items[?(@.metadata.deletionTimestamp)]}T{end}{range .items[*]}{.status.containerStatuses[0].ready}={.status.containerStatuses[0].imageID} {end}";
+        let out = cmd!(
+            sh,
+            "kubectl --kubeconfig {kc} -n shop get pods -l app=app -o {path}"
+        )
+        .read()
+        .unwrap();
+        assert!(
+            !out.starts_with('T'),
+            "no pod may be terminating once a push returns: {out}"
+        );
+        out.split_whitespace()
+            .filter_map(|p| p.strip_prefix("true="))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        if let Ok(config) = Config::load(&self.dir.join("dev-env.yaml")) {
+            let _ = runtime().block_on(lifecycle::down(&config, true, true));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn push(config: &Config) -> Outcome {
+    let flags = PushFlags {
+        rollout: true,
+        timeout: TIMEOUT,
+        verbose: false,
+    };
+    let mut outcomes = runtime()
+        .block_on(deliver::push(config, &[String::from("app")], flags, &Quiet))
+        .unwrap();
+    outcomes.remove(0)
+}
+
+fn digest(config: &Config) -> String {
+    State::load(&config.state_dir()).unwrap().images["app"]
+        .digest
+        .clone()
+}
+
+#[test]
+fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
+    let app = App::new();
+    let config = app.config();
+    let options = UpOptions {
+        recreate: false,
+        verbose: false,
+        timeout: TIMEOUT,
+    };
+    runtime()
+        .block_on(lifecycle::up(&config, options, &|line| eprintln!("{line}")))
+        .expect("dev up builds, pushes and runs the component");
+    let first = digest(&config);
+    let running = app.running();
+    assert_eq!(running.len(), 2, "{running:?}");
+    assert!(
+        running.iter().all(|id| id.ends_with(&first)),
+        "pods run {running:?}, pushed {first}"
+    );
+
+    // No change: nothing uploaded, nothing rolled, exit clean.
+    let same = push(&config);
+    assert_eq!(same.error, None);
+    assert_eq!(
+        (same.uploaded_bytes, same.rolled_out),
+        (0, false),
+        "{same:?}"
+    );
+    assert_eq!(same.digest.as_deref(), Some(first.as_str()));
+
+    // One line changed: a new digest, a new ReplicaSet, and the push
+    // returns only when Ready pods run it and no old pod is left.
+    app.source("v2", false);
+    let changed = push(&config);
+    assert_eq!(changed.error, None, "{changed:?}");
+    let second = changed.digest.clone().unwrap();
+    assert_ne!(second, first);
+    assert!(
+        changed.rolled_out && changed.uploaded_bytes > 0,
+        "{changed:?}"
+    );
+    let running = app.running();
+    assert_eq!(running.len(), 2, "{running:?}");
+    assert!(
+        running.iter().all(|id| id.ends_with(&second)),
+        "pods run {running:?}, pushed {second}"
+    );
+
+    // reload restarts without changing the digest; the manifest's `:dev`
+    // reference does not roll it back.
+    let reloaded = runtime()
+        .block_on(deliver::reload(
+            &config,
+            &[String::from("app")],
+            TIMEOUT,
+            &Quiet,
+        ))
+        .unwrap();
+    assert_eq!(reloaded[0].error, None, "{reloaded:?}");
+    assert!(reloaded[0].rolled_out);
+    assert!(app.running().iter().all(|id| id.ends_with(&second)));
+
+    // An image whose pods crash fails fast with the reason and the logs.
+    app.source("v3", true);
+    let crashed = push(&config);
+    let error = crashed.error.unwrap_or_default();
+    assert!(
+        error.contains("CrashLoopBackOff") && error.contains("crashing on purpose"),
+        "{error}"
+    );
+
+    // A reference the registry lacks fails fast with the pull error.
+    let missing = format!(
+        "{}/{}/missing@sha256:{}",
+        config.registry.cluster_host,
+        app.name,
+        "0".repeat(64)
+    );
+    let error = runtime()
+        .block_on(async {
+            let client = deliver::cluster_client(&config).await.unwrap();
+            let rolled = rollout::roll(
+                &client,
+                &config,
+                "app",
+                Some(&missing),
+                None,
+                false,
+                TIMEOUT,
+            )
+            .await?;
+            rollout::wait(&client, &rolled, TIMEOUT).await
+        })
+        .expect_err("a missing image cannot roll out")
+        .to_string();
+    assert!(
+        error.contains("ErrImagePull") || error.contains("ImagePullBackOff"),
+        "{error}"
+    );
+}
