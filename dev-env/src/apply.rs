@@ -77,22 +77,27 @@ pub struct Applied {
     pub changed: bool,
 }
 
-/// `host/repository` → `host/repository@digest` for every component pushed.
+/// Repository path (`demo/worker`) → `<cluster host>/demo/worker@digest`
+/// for every component pushed.
 pub fn pinned_images(config: &Config, state: &State) -> HashMap<String, String> {
     config
         .components
         .iter()
         .filter_map(|(name, c)| {
             let pushed = state.images.get(name)?;
-            let repo = format!("{}/{}", config.registry.cluster_host, c.image);
-            Some((repo.clone(), format!("{repo}@{}", pushed.digest)))
+            let pinned = format!(
+                "{}/{}@{}",
+                config.registry.cluster_host, c.image, pushed.digest
+            );
+            Some((c.image.clone(), pinned))
         })
         .collect()
 }
 
 /// Rewrites every `image:` of every container list in `object` whose
-/// repository is a key of `pins` (with any tag or digest) to its pinned
-/// reference. Returns how many were rewritten.
+/// repository path is a key of `pins` (whatever its registry host, tag or
+/// digest) to its pinned reference, so manifests name images the same way
+/// in every environment. Returns how many were rewritten.
 pub fn pin_images(object: &mut Value, pins: &HashMap<String, String>) -> usize {
     let mut count = 0;
     match object {
@@ -104,7 +109,7 @@ pub fn pin_images(object: &mut Value, pins: &HashMap<String, String>) -> usize {
                 ) {
                     for container in value.as_array_mut().into_iter().flatten() {
                         if let Some(Value::String(image)) = container.get_mut("image")
-                            && let Some(pinned) = pins.get(repository_of(image))
+                            && let Some(pinned) = pins.get(path_of(repository_of(image)))
                             && image != pinned
                         {
                             *image = pinned.clone();
@@ -124,6 +129,15 @@ pub fn pin_images(object: &mut Value, pins: &HashMap<String, String>) -> usize {
         _ => {}
     }
     count
+}
+
+/// A repository without its registry host: the first component is a host
+/// when it has a `.` or a `:` or is `localhost`, as Docker reads names.
+pub fn path_of(repository: &str) -> &str {
+    match repository.split_once('/') {
+        Some((first, rest)) if first.contains(['.', ':']) || first == "localhost" => rest,
+        _ => repository,
+    }
 }
 
 /// The repository part of an image reference: without `@digest` and
@@ -279,13 +293,13 @@ mod tests {
     #[test]
     fn images_of_pushed_components_are_pinned_wherever_containers_are() {
         let pins = HashMap::from([(
-            String::from("reg:5000/demo/worker"),
+            String::from("demo/worker"),
             format!("reg:5000/demo/worker@sha256:{}", "a".repeat(64)),
         )]);
         let mut pool = json!({
             "kind": "WorkerPool",
             "spec": {"template": {"spec": {
-                "initContainers": [{"name": "init", "image": "reg:5000/demo/worker:dev"}],
+                "initContainers": [{"name": "init", "image": "other-env-registry:5000/demo/worker:dev"}],
                 "containers": [
                     {"name": "worker", "image": "reg:5000/demo/worker:dev"},
                     {"name": "sidecar", "image": "reg:5000/demo/worker-helper:dev"},
@@ -295,7 +309,7 @@ mod tests {
         assert_eq!(pin_images(&mut pool, &pins), 2);
         assert_eq!(
             pool["spec"]["template"]["spec"]["containers"][0]["image"],
-            pins["reg:5000/demo/worker"]
+            pins["demo/worker"]
         );
         assert_eq!(
             pool["spec"]["template"]["spec"]["containers"][1]["image"],
@@ -303,6 +317,14 @@ mod tests {
         );
         // Pinning twice changes nothing.
         assert_eq!(pin_images(&mut pool, &pins), 0);
+    }
+
+    #[test]
+    fn path_of_drops_only_a_registry_host() {
+        assert_eq!(path_of("reg:5000/demo/worker"), "demo/worker");
+        assert_eq!(path_of("registry.example.com/demo/worker"), "demo/worker");
+        assert_eq!(path_of("localhost/w"), "w");
+        assert_eq!(path_of("demo/worker"), "demo/worker");
     }
 
     #[test]
