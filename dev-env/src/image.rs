@@ -237,10 +237,12 @@ pub async fn push_component(
                 bin,
                 verbose: options.verbose,
             };
-            let image = build_cargo(build).await.map_err(|source| Error::Cargo {
-                component: name.to_string(),
-                source,
-            })?;
+            let image = off_runtime(build, cargo::build_image)
+                .await
+                .map_err(|source| Error::Cargo {
+                    component: name.to_string(),
+                    source,
+                })?;
             let mut upload = Upload::default();
             for blob in image.blobs() {
                 if registry
@@ -298,10 +300,12 @@ pub async fn push_component(
                     bin: &binary.bin,
                     verbose: options.verbose,
                 };
-                let path = build_binary(build).await.map_err(|source| Error::Cargo {
-                    component: name.to_string(),
-                    source,
-                })?;
+                let path = off_runtime(build, cargo::build_binary)
+                    .await
+                    .map_err(|source| Error::Cargo {
+                        component: name.to_string(),
+                        source,
+                    })?;
                 staged.push((binary.bin.clone(), path));
             }
             let connected;
@@ -365,7 +369,11 @@ pub async fn push_component(
     })
 }
 
-async fn build_cargo(build: cargo::Build<'_>) -> Result<oci::Image, cargo::Error> {
+/// Runs `step` (a blocking cargo build) off the async runtime.
+async fn off_runtime<T: Send + 'static>(
+    build: cargo::Build<'_>,
+    step: fn(&cargo::Build<'_>) -> Result<T, cargo::Error>,
+) -> Result<T, cargo::Error> {
     let (root, package, bin, verbose) = (
         build.root.to_path_buf(),
         build.package.to_string(),
@@ -373,26 +381,7 @@ async fn build_cargo(build: cargo::Build<'_>) -> Result<oci::Image, cargo::Error
         build.verbose,
     );
     tokio::task::spawn_blocking(move || {
-        cargo::build_image(&cargo::Build {
-            root: &root,
-            package: &package,
-            bin: &bin,
-            verbose,
-        })
-    })
-    .await
-    .expect("the cargo build task does not panic")
-}
-
-async fn build_binary(build: cargo::Build<'_>) -> Result<std::path::PathBuf, cargo::Error> {
-    let (root, package, bin, verbose) = (
-        build.root.to_path_buf(),
-        build.package.to_string(),
-        build.bin.to_string(),
-        build.verbose,
-    );
-    tokio::task::spawn_blocking(move || {
-        cargo::build_binary(&cargo::Build {
+        step(&cargo::Build {
             root: &root,
             package: &package,
             bin: &bin,

@@ -278,15 +278,7 @@ async fn inspect_component(
                 want.namespace, want.deployment
             )
         })?;
-    let selector = deploy
-        .spec
-        .selector
-        .match_labels
-        .iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let selector = workload::selector_of(&deploy);
     let params = ListParams::default().labels(&selector);
     let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), &want.namespace);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &want.namespace);
@@ -360,15 +352,7 @@ pub async fn logs(
         .get(&deployment)
         .await
         .map_err(|e| crate::apply::api_error(&e))?;
-    let selector = deploy
-        .spec
-        .selector
-        .match_labels
-        .iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let selector = workload::selector_of(&deploy);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &r.namespace);
     let list = pods
         .list(&ListParams::default().labels(&selector))

@@ -126,19 +126,7 @@ pub async fn deployment(client: &Client, want: &Want, timeout: Duration) -> Resu
             });
         }
     };
-    let selector = first
-        .spec
-        .selector
-        .match_labels
-        .as_ref()
-        .map(|labels| {
-            labels
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(",")
-        })
-        .unwrap_or_default();
+    let selector = selector_of(&first);
 
     let (deploy_store, deploy_events) = watch(
         deployments,
@@ -223,6 +211,15 @@ pub async fn deployment(client: &Client, want: &Want, timeout: Duration) -> Resu
             }
         }
     }
+}
+
+/// A Deployment's `matchLabels` as a label selector.
+pub fn selector_of(deploy: &Deployment) -> String {
+    let labels = deploy.spec.selector.match_labels.iter().flatten();
+    labels
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 async fn wait_exists(api: &Api<Deployment>, name: &str) -> Result<Deployment, kube::Error> {
