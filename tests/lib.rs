@@ -257,3 +257,55 @@ components:
         std::fs::write(self.dir.path().join(path), text).unwrap();
     }
 }
+
+/// A project directory `target/it/<name>/` inside the repository, so the
+/// sim provider finds the `kube-sim` package above it, with a subnet of its
+/// own and every Docker object of environment `<name>` removed at the end.
+pub struct SimProject {
+    pub dir: PathBuf,
+    pub name: String,
+    pub subnet: String,
+    _cleanup: DockerCleanup,
+}
+
+impl SimProject {
+    pub fn new(prefix: &str) -> SimProject {
+        require_docker();
+        let name = unique_name(prefix);
+        let dir = repo_root().join("target/it").join(&name);
+        std::fs::create_dir_all(&dir).expect("a project directory");
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let subnet = format!("10.{}.{}.0/24", 200 + nanos % 50, (nanos / 50) % 250);
+        let mut cleanup = DockerCleanup::default();
+        cleanup.containers = vec![format!("{name}-server-0"), format!("{name}-registry")];
+        cleanup.volumes = vec![format!("{name}-registry-data")];
+        cleanup.networks = vec![name.clone()];
+        SimProject {
+            dir,
+            name,
+            subnet,
+            _cleanup: cleanup,
+        }
+    }
+
+    /// Writes `text` to `path` below the project, creating directories.
+    pub fn write(&self, path: &str, text: &str) {
+        let path = self.dir.join(path);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("a directory");
+        std::fs::write(path, text).expect("a written file");
+    }
+
+    /// The project's `dev-env.yaml`, loaded.
+    pub fn config(&self) -> dev_env::config::Config {
+        dev_env::config::Config::load(&self.dir.join("dev-env.yaml")).expect("a valid dev-env.yaml")
+    }
+}
+
+impl Drop for SimProject {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

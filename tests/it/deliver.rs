@@ -2,7 +2,7 @@
 //! registry, a kube-sim node whose pods run as containers, and a small HTTP
 //! service built with the cargo backend.
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
 use dev_env::{
     config::Config,
@@ -11,7 +11,7 @@ use dev_env::{
     rollout,
     state::State,
 };
-use dev_env_tests::{DockerCleanup, repo_root, require_docker, unique_name};
+use dev_env_tests::SimProject;
 use xshell::{Shell, cmd};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -24,39 +24,30 @@ impl Progress for Quiet {
     }
 }
 
-/// A project in `target/it/<name>/` (so the sim provider finds `kube-sim`
-/// above it): a one-crate workspace `app` serving HTTP on 8080, its
-/// Deployment, and a `dev-env.yaml` declaring it.
-struct App {
-    dir: PathBuf,
-    name: String,
-    _cleanup: DockerCleanup,
+/// A one-crate workspace `app` serving HTTP on 8080, its Deployment, and a
+/// `dev-env.yaml` declaring it.
+struct App(SimProject);
+
+impl std::ops::Deref for App {
+    type Target = SimProject;
+    fn deref(&self) -> &SimProject {
+        &self.0
+    }
 }
 
 impl App {
     fn new() -> App {
-        require_docker();
-        let name = unique_name("dlv");
-        let dir = repo_root().join("target/it").join(&name);
-        let write = |path: &str, text: &str| {
-            let path = dir.join(path);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(path, text).unwrap();
-        };
-        write(
+        let app = App(SimProject::new("dlv"));
+        let (name, subnet) = (&app.name, &app.subnet);
+        app.write(
             "Cargo.toml",
             "[workspace]\nmembers = [\"app\"]\nresolver = \"3\"\n",
         );
-        write(
+        app.write(
             "app/Cargo.toml",
             "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
         );
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let subnet = format!("10.{}.{}.0/24", 200 + nanos % 50, (nanos / 50) % 250);
-        write(
+        app.write(
             "dev-env.yaml",
             &format!(
                 "name: {name}\nnetwork: {{ipv4Subnet: {subnet}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n\
@@ -64,7 +55,7 @@ impl App {
                  rollout: {{kind: Deployment, namespace: shop, name: app, container: app}}\n"
             ),
         );
-        write(
+        app.write(
             "manifests/app.yaml",
             &format!(
                 "apiVersion: v1\nkind: Namespace\nmetadata: {{name: shop}}\n---\n\
@@ -74,17 +65,6 @@ impl App {
                  readinessProbe: {{httpGet: {{path: /, port: 8080}}, periodSeconds: 1}}\n"
             ),
         );
-        let app = App {
-            dir,
-            name: name.clone(),
-            _cleanup: {
-                let mut cleanup = DockerCleanup::default();
-                cleanup.containers = vec![format!("{name}-server-0"), format!("{name}-registry")];
-                cleanup.volumes = vec![format!("{name}-registry-data")];
-                cleanup.networks = vec![name.clone()];
-                cleanup
-            },
-        };
         app.source("v1", false);
         app
     }
@@ -105,12 +85,7 @@ impl App {
              let mut buf = [0u8; 1024];\n        let _ = s.read(&mut buf);\n        \
              let _ = s.write_all(b\"HTTP/1.1 200 OK\\r\\ncontent-length: 2\\r\\n\\r\\n{version}\");\n    }}\n}}\n"
         );
-        std::fs::create_dir_all(self.dir.join("app/src")).unwrap();
-        std::fs::write(self.dir.join("app/src/main.rs"), text).unwrap();
-    }
-
-    fn config(&self) -> Config {
-        Config::load(&self.dir.join("dev-env.yaml")).unwrap()
+        self.write("app/src/main.rs", &text);
     }
 
     /// `imageID`s of the Ready, non-terminating pods, via kubectl.
@@ -144,7 +119,6 @@ impl Drop for App {
         if let Ok(config) = Config::load(&self.dir.join("dev-env.yaml")) {
             let _ = runtime().block_on(lifecycle::down(&config, true, true));
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

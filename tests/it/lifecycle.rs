@@ -2,7 +2,7 @@
 //! kube-sim node image and a registry image built locally from Debian's
 //! distribution binary.
 
-use std::{os::unix::fs::PermissionsExt, path::PathBuf, time::Duration};
+use std::{os::unix::fs::PermissionsExt, time::Duration};
 
 use dev_env::{
     config::Config,
@@ -12,67 +12,37 @@ use dev_env::{
     plan::Drift,
     state::State,
 };
-use dev_env_tests::{DockerCleanup, repo_root, require_docker, unique_name};
+use dev_env_tests::SimProject;
 use xshell::{Shell, cmd};
 
-/// An environment declared in `target/it/<name>/dev-env.yaml`, inside the
-/// repository so the sim provider finds the `kube-sim` package above it.
-struct Env {
-    dir: PathBuf,
-    name: String,
-    subnet: String,
-    _cleanup: DockerCleanup,
+/// An environment with a namespace and a ConfigMap as its manifests.
+struct Env(SimProject);
+
+impl std::ops::Deref for Env {
+    type Target = SimProject;
+    fn deref(&self) -> &SimProject {
+        &self.0
+    }
 }
 
 impl Env {
     fn new() -> Env {
-        require_docker();
-        let name = unique_name("life");
-        let dir = repo_root().join("target/it").join(&name);
-        std::fs::create_dir_all(dir.join("manifests")).unwrap();
-        std::fs::write(
-            dir.join("manifests/app.yaml"),
+        let env = Env(SimProject::new("life"));
+        env.write(
+            "manifests/app.yaml",
             "apiVersion: v1\nkind: Namespace\nmetadata: {name: app}\n---\n\
              apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: app}\ndata: {mode: dev}\n",
-        )
-        .unwrap();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let subnet = format!("10.{}.{}.0/24", 200 + nanos % 50, (nanos / 50) % 250);
-        let env = Env {
-            dir,
-            name: name.clone(),
-            subnet,
-            _cleanup: {
-                let mut cleanup = DockerCleanup::default();
-                cleanup.containers = vec![format!("{name}-server-0"), format!("{name}-registry")];
-                cleanup.volumes = vec![format!("{name}-registry-data")];
-                cleanup.networks = vec![name.clone()];
-                cleanup
-            },
-        };
-        env.write(&env.subnet);
+        );
+        env.declare(&env.subnet);
         env
     }
 
-    fn write(&self, subnet: &str) {
+    fn declare(&self, subnet: &str) {
         let text = format!(
             "name: {}\nnetwork: {{ipv4Subnet: {subnet}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n",
             self.name
         );
-        std::fs::write(self.dir.join("dev-env.yaml"), text).unwrap();
-    }
-
-    fn config(&self) -> Config {
-        Config::load(&self.dir.join("dev-env.yaml")).unwrap()
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.write("dev-env.yaml", &text);
     }
 }
 
@@ -233,7 +203,7 @@ fn drift_stops_up_down_still_works_and_recreate_converges() {
     up(&env.config(), OPTIONS).expect("dev up from nothing");
 
     // Another subnet: `up` refuses and names the field, changing nothing.
-    env.write("10.199.3.0/24");
+    env.declare("10.199.3.0/24");
     let drifted = env.config();
     let err = up(&drifted, OPTIONS).expect_err("a drifted network stops dev up");
     let message = err.to_string();
