@@ -180,9 +180,20 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
     // One line changed: a new digest, a new ReplicaSet, and the push
     // returns only when Ready pods run it and no old pod is left.
     app.source("v2", false);
+    let observer = Observer::start(&config, &first);
     let changed = push(&config);
+    let returned = std::time::Instant::now();
     assert_eq!(changed.error, None, "{changed:?}");
     let second = changed.digest.clone().unwrap();
+    // How long after an independent watch saw the rollout finished did the
+    // push return? Reported, not asserted.
+    if let Some(seen) = observer.finish() {
+        let lag = returned.saturating_duration_since(seen);
+        eprintln!(
+            "wait-detection latency: {} ms after an independent watch saw the rollout done",
+            lag.as_millis()
+        );
+    }
     assert_ne!(second, first);
     assert!(
         changed.rolled_out && changed.uploaded_bytes > 0,
@@ -246,4 +257,75 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
         error.contains("ErrImagePull") || error.contains("ImagePullBackOff"),
         "{error}"
     );
+}
+
+/// An independent watch on the app's pods that notes when they first are
+/// exactly two Ready pods none of which runs `old` (old ones gone).
+struct Observer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Option<std::time::Instant>>,
+}
+
+impl Observer {
+    fn start(config: &Config, old: &str) -> Observer {
+        use std::sync::{
+            Arc,
+            atomic::{AtomicBool, Ordering},
+        };
+
+        let path = config.state_dir().join(dev_env::kubeconfig::HOST_FILE);
+        let old = old.to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            runtime().block_on(async move {
+                use futures::StreamExt;
+                use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+                let client = dev_env::kubeconfig::client(&path, None).await.unwrap();
+                let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+                    kube::Api::namespaced(client, "shop");
+                let (reader, writer) = reflector::store();
+                let mut events = reflector::reflector(
+                    writer,
+                    watcher(pods, watcher::Config::default().labels("app=app")),
+                )
+                .default_backoff()
+                .boxed();
+                let _ = ready_tx.send(());
+                while !flag.load(Ordering::SeqCst) {
+                    let Ok(Some(_)) =
+                        tokio::time::timeout(Duration::from_millis(200), events.next()).await
+                    else {
+                        continue;
+                    };
+                    let pods = reader.state();
+                    let done = pods.len() == 2
+                        && pods.iter().all(|p| {
+                            let status = p
+                                .status
+                                .as_ref()
+                                .and_then(|s| s.container_statuses.as_ref());
+                            status.is_some_and(|cs| {
+                                cs.iter().all(|c| c.ready && !c.image_id.ends_with(&old))
+                            })
+                        });
+                    if done {
+                        return Some(std::time::Instant::now());
+                    }
+                }
+                None
+            })
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the observer's watch starts");
+        Observer { stop, thread }
+    }
+
+    fn finish(self) -> Option<std::time::Instant> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.join().unwrap()
+    }
 }
