@@ -24,7 +24,15 @@ impl Progress for Quiet {
     }
 }
 
-/// A one-crate workspace `app` serving HTTP on 8080, its Deployment, and a
+/// What runs the app.
+#[derive(Clone, Copy)]
+enum Workload {
+    Deployment,
+    /// The demo operator's WorkerPool, reconciled by its controller.
+    WorkerPool,
+}
+
+/// A one-crate workspace `app` serving HTTP on 8080, its workload, and a
 /// `dev-env.yaml` declaring it.
 struct App(SimProject);
 
@@ -37,6 +45,10 @@ impl std::ops::Deref for App {
 
 impl App {
     fn new() -> App {
+        App::with_workload(Workload::Deployment)
+    }
+
+    fn with_workload(workload: Workload) -> App {
         let app = App(SimProject::new("dlv"));
         let (name, subnet) = (&app.name, &app.subnet);
         app.write(
@@ -47,23 +59,43 @@ impl App {
             "app/Cargo.toml",
             "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
         );
+        let kind = match workload {
+            Workload::Deployment => "Deployment",
+            Workload::WorkerPool => "WorkerPool",
+        };
         app.write(
             "dev-env.yaml",
             &format!(
                 "name: {name}\nnetwork: {{ipv4Subnet: {subnet}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n\
                  components:\n  app:\n    image: {name}/app\n    build: {{cargo: {{package: app}}}}\n    \
-                 rollout: {{kind: Deployment, namespace: shop, name: app, container: app}}\n"
+                 rollout: {{kind: {kind}, namespace: shop, name: app, container: app}}\n"
             ),
         );
+        // The image is named as in any environment: the harness pins it to
+        // the pushed digest in this one.
+        let pod = "metadata: {labels: {app: app}}\n    spec:\n      terminationGracePeriodSeconds: 1\n      \
+                   containers:\n      - name: app\n        image: dev-env-registry:5000/APP:dev\n        \
+                   readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}\n"
+            .replace("APP", &format!("{name}/app"));
+        let workload = match workload {
+            Workload::Deployment => format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: app, namespace: shop}}\nspec:\n  replicas: 2\n  \
+                 selector: {{matchLabels: {{app: app}}}}\n  template:\n    {pod}"
+            ),
+            Workload::WorkerPool => {
+                let crd = std::fs::read_to_string(
+                    dev_env_tests::repo_root().join("manifests/10-workerpool-crd.yaml"),
+                )
+                .expect("the demo's WorkerPool CRD");
+                format!(
+                    "{crd}\n---\napiVersion: demo.dev-env.io/v1alpha1\nkind: WorkerPool\nmetadata: {{name: app, namespace: shop}}\n\
+                     spec:\n  replicas: 2\n  template:\n    {pod}"
+                )
+            }
+        };
         app.write(
             "manifests/app.yaml",
-            &format!(
-                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: shop}}\n---\n\
-                 apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: app, namespace: shop}}\nspec:\n  replicas: 2\n  \
-                 selector: {{matchLabels: {{app: app}}}}\n  template:\n    metadata: {{labels: {{app: app}}}}\n    spec:\n      \
-                 terminationGracePeriodSeconds: 1\n      containers:\n      - name: app\n        image: {name}-registry:5000/{name}/app:dev\n        \
-                 readinessProbe: {{httpGet: {{path: /, port: 8080}}, periodSeconds: 1}}\n"
-            ),
+            &format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: shop}}\n---\n{workload}"),
         );
         app.source("v1", false);
         app
@@ -328,4 +360,115 @@ impl Observer {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
         self.thread.join().unwrap()
     }
+}
+
+/// The demo controller-manager, running in this process against the
+/// environment's `kubeconfig.host` until dropped.
+struct Controller {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Controller {
+    fn start(config: &Config) -> Controller {
+        let path = config.state_dir().join(dev_env::kubeconfig::HOST_FILE);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            runtime().block_on(async move {
+                let client = dev_env::kubeconfig::client(&path, None).await.unwrap();
+                controller_manager::run(client, async move {
+                    let _ = stopped.await;
+                })
+                .await;
+            })
+        });
+        Controller {
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+#[test]
+fn a_worker_pool_rolls_through_its_controller_and_the_wait_holds_it_to_the_generation() {
+    let app = App::with_workload(Workload::WorkerPool);
+    let config = app.config();
+    let options = UpOptions {
+        recreate: false,
+        verbose: false,
+        timeout: TIMEOUT,
+    };
+    runtime()
+        .block_on(lifecycle::up(&config, options, &|line| eprintln!("{line}")))
+        .expect("dev up");
+    let _controller = Controller::start(&config);
+    let first = digest(&config);
+
+    // Nothing new: the pool already asks for the digest; the push waits for
+    // the controller's verdict and the pods.
+    let same = push(&config);
+    assert_eq!(same.error, None, "{same:?}");
+    assert!(!same.rolled_out);
+    let running = app.running();
+    assert!(
+        running.len() == 2 && running.iter().all(|id| id.ends_with(&first)),
+        "{running:?}"
+    );
+
+    // A change rolls the pool's template; the controller rolls its
+    // Deployment; the push returns once the pool reports the new generation
+    // converged and the pods run the new digest.
+    let generation = |config: &Config| -> (i64, i64) {
+        runtime().block_on(async {
+            let client = deliver::cluster_client(config).await.unwrap();
+            let pools: kube::Api<controller_manager::WorkerPool> =
+                kube::Api::namespaced(client, "shop");
+            let pool = pools.get("app").await.unwrap();
+            (
+                pool.metadata.generation.unwrap(),
+                pool.status.and_then(|s| s.observed_generation).unwrap_or(0),
+            )
+        })
+    };
+    let (before, _) = generation(&config);
+    app.source("v2", false);
+    let changed = push(&config);
+    assert_eq!(changed.error, None, "{changed:?}");
+    assert!(changed.rolled_out);
+    let second = changed.digest.clone().unwrap();
+    assert_ne!(second, first);
+    let (after, observed) = generation(&config);
+    assert!(
+        after > before && observed >= after,
+        "generation {before} -> {after}, observed {observed}"
+    );
+    let running = app.running();
+    assert!(
+        running.len() == 2 && running.iter().all(|id| id.ends_with(&second)),
+        "{running:?}"
+    );
+
+    // A restart goes through the pool too and keeps the digest.
+    let reloaded = runtime()
+        .block_on(deliver::reload(
+            &config,
+            &[String::from("app")],
+            TIMEOUT,
+            &Quiet,
+        ))
+        .unwrap();
+    assert_eq!(reloaded[0].error, None, "{reloaded:?}");
+    assert!(generation(&config).0 > after);
+    assert!(app.running().iter().all(|id| id.ends_with(&second)));
 }
