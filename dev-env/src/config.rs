@@ -502,8 +502,20 @@ impl Check<'_> {
                 .and_then(|s| self.ipv6_subnet("network.ipv6Subnet", s)),
         };
 
-        let registry = self.registry(raw.registry.unwrap_or_default(), &name);
+        let raw_registry = raw.registry.unwrap_or_default();
+        let reachable_registry =
+            raw_registry.external.is_some() || raw_registry.cluster_host.is_some();
+        let registry = self.registry(raw_registry, &name);
         let cluster = self.cluster(raw.cluster.unwrap_or_default());
+        if cluster.provider == Provider::Existing && !reachable_registry {
+            // Pods of a cluster elsewhere cannot pull from a container on
+            // this machine's Docker network.
+            self.problem(
+                "cluster.provider",
+                "`provider: existing` needs a registry that cluster can pull from",
+                "set `registry.external` to a registry both this machine and the cluster reach, or `registry.clusterHost` to the address the cluster uses",
+            );
+        }
         self.disjoint(&[
             ("network.ipv4Subnet", network.ipv4_subnet),
             ("cluster.podSubnet", cluster.pod_subnet),

@@ -300,6 +300,12 @@ const MALFORMED: &[(&str, &str, &str, &str)] = &[
         "3:13",
     ),
     (
+        "existing cluster without a registry it can reach",
+        "name: a\ncluster:\n  provider: existing\n  context: prod\n",
+        "cluster.provider",
+        "3:13",
+    ),
+    (
         "context with a k3s node",
         "name: a\ncluster:\n  context: kind-x\n",
         "cluster.context",
