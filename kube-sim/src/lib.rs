@@ -279,6 +279,10 @@ impl Sim {
                         return Err(e.into());
                     }
                 };
+                let mut kubelet_config = kubelet_config;
+                if let Some(ip) = runtime.address_of(&kubelet_config.node_name).await {
+                    kubelet_config.node_ip = ip;
+                }
                 tasks.push(tokio::spawn(kubelet::docker::run(
                     store.clone(),
                     kubelet_config,

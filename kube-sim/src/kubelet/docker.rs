@@ -11,8 +11,11 @@
 //!   `k8s_<container>_<pod>_<namespace>_<uid8>` and labelled with the pod, the node and the configured
 //!   labels. Containers of a pod do not share a network namespace: the pod IP is the address of the
 //!   container started last.
+//! - `runAsUser`/`runAsGroup`, `readOnlyRootFilesystem` and `allowPrivilegeEscalation: false` are
+//!   honoured; pod volumes and `volumeMounts` are not mounted.
 //! - Before a container starts, a service-account token, `ca.crt` and `namespace` are copied into
-//!   `/var/run/secrets/kubernetes.io/serviceaccount/` (a tar upload, no bind mounts), and
+//!   `/var/run/secrets/kubernetes.io/serviceaccount/` (a tar upload into an anonymous volume, so it works
+//!   with a read-only root filesystem; no host bind mounts), and
 //!   `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` point at the API server. The token is registered
 //!   in the store as `system:serviceaccount:<namespace>:<name>` while the container exists.
 //! - Readiness and liveness probes (`httpGet`, `tcpSocket`, `exec`) run against the container (see
@@ -31,7 +34,9 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use bollard::Docker;
-use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
+use bollard::models::{
+    ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountType, NetworkingConfig,
+};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
@@ -210,6 +215,22 @@ impl DockerRuntime {
         })
     }
 
+    /// The address on the pod network of a container, by name: the node's own `hostIP` when the node
+    /// runs in a container named after it.
+    pub async fn address_of(&self, container: &str) -> Option<String> {
+        self.inner
+            .docker
+            .inspect_container(container, None)
+            .await
+            .ok()?
+            .network_settings?
+            .networks?
+            .get(&self.inner.config.network)?
+            .ip_address
+            .clone()
+            .filter(|ip| !ip.is_empty())
+    }
+
     /// The label filters that select this node's pod containers.
     fn filters(&self) -> HashMap<String, Vec<String>> {
         let mut labels = vec![format!("{NODE_LABEL}={}", self.inner.node)];
@@ -245,7 +266,10 @@ impl DockerRuntime {
     /// Forgets a container (its probes and token) and removes it by force.
     async fn remove(&self, id: &str) {
         self.forget(id);
-        let options = RemoveContainerOptionsBuilder::default().force(true).build();
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(true)
+            .build();
         match self.inner.docker.remove_container(id, Some(options)).await {
             Ok(()) => {}
             Err(bollard::errors::Error::DockerResponseServerError {
@@ -497,6 +521,20 @@ impl ContainerRuntime for DockerRuntime {
             })
         };
         let hostname: String = meta::name_of(pod).chars().take(63).collect();
+        let security = |field: &str| {
+            container
+                .pointer(&format!("/securityContext/{field}"))
+                .or_else(|| pod.pointer(&format!("/spec/securityContext/{field}")))
+                .and_then(Value::as_i64)
+        };
+        let user = match (security("runAsUser"), security("runAsGroup")) {
+            (Some(u), Some(g)) => Some(format!("{u}:{g}")),
+            (Some(u), None) => Some(u.to_string()),
+            (None, _) => None,
+        };
+        let no_new_privileges = container
+            .pointer("/securityContext/allowPrivilegeEscalation")
+            .is_some_and(|v| v == false);
         let body = ContainerCreateBody {
             image: Some(run_ref),
             hostname: Some(hostname),
@@ -506,8 +544,20 @@ impl ContainerRuntime for DockerRuntime {
             working_dir: container["workingDir"].as_str().map(str::to_string),
             labels: Some(labels),
             exposed_ports: (!ports.is_empty()).then_some(ports),
+            user,
             host_config: Some(HostConfig {
                 network_mode: Some(self.inner.config.network.clone()),
+                readonly_rootfs: container
+                    .pointer("/securityContext/readOnlyRootFilesystem")
+                    .and_then(Value::as_bool),
+                security_opt: no_new_privileges.then(|| vec!["no-new-privileges:true".to_string()]),
+                // The service-account files live in an anonymous volume, so they can be copied in
+                // before the start even when the root filesystem is read-only.
+                mounts: Some(vec![Mount {
+                    target: Some(format!("/{SERVICE_ACCOUNT_DIR}")),
+                    typ: Some(MountType::VOLUME),
+                    ..Mount::default()
+                }]),
                 ..HostConfig::default()
             }),
             networking_config: Some(NetworkingConfig {
@@ -550,7 +600,9 @@ impl ContainerRuntime for DockerRuntime {
                     probes: Vec::new(),
                 },
             );
-        let upload = UploadToContainerOptionsBuilder::default().path("/").build();
+        let upload = UploadToContainerOptionsBuilder::default()
+            .path(&format!("/{SERVICE_ACCOUNT_DIR}"))
+            .build();
         if let Err(e) = self
             .inner
             .docker
@@ -645,7 +697,9 @@ impl ContainerRuntime for DockerRuntime {
                 .and_then(|c| c.state);
             let running = state.as_ref().and_then(|s| s.running).unwrap_or(false);
             if running {
-                // The wait request ended early (a timeout); the container still runs.
+                // The wait request ended early (a timeout or a lost connection); the container still
+                // runs, so wait again after a pause.
+                tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
             let code = code
@@ -895,20 +949,10 @@ fn environment(
     Ok(vars.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
 }
 
-/// A tar with the service-account directory: `token`, `ca.crt` and `namespace`.
+/// A tar of the service-account directory's files: `token`, `ca.crt` and `namespace`, readable by any user
+/// the container runs as.
 fn service_account_tar(token: &str, ca_pem: &str, namespace: &str) -> std::io::Result<Vec<u8>> {
     let mut builder = tar::Builder::new(Vec::new());
-    let mut path = String::new();
-    for part in SERVICE_ACCOUNT_DIR.split('/') {
-        path.push_str(part);
-        path.push('/');
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Directory);
-        header.set_mode(0o755);
-        header.set_size(0);
-        header.set_cksum();
-        builder.append_data(&mut header, &path, std::io::empty())?;
-    }
     for (name, contents) in [
         ("token", token),
         ("ca.crt", ca_pem),
@@ -918,11 +962,7 @@ fn service_account_tar(token: &str, ca_pem: &str, namespace: &str) -> std::io::R
         header.set_mode(0o644);
         header.set_size(contents.len() as u64);
         header.set_cksum();
-        builder.append_data(
-            &mut header,
-            format!("{SERVICE_ACCOUNT_DIR}/{name}"),
-            contents.as_bytes(),
-        )?;
+        builder.append_data(&mut header, name, contents.as_bytes())?;
     }
     builder.into_inner()
 }
@@ -963,15 +1003,7 @@ mod tests {
             .entries()
             .unwrap()
             .map(|e| e.unwrap().path().unwrap().display().to_string())
-            .filter(|p| !p.ends_with('/'))
             .collect();
-        assert_eq!(
-            files,
-            [
-                format!("{SERVICE_ACCOUNT_DIR}/token"),
-                format!("{SERVICE_ACCOUNT_DIR}/ca.crt"),
-                format!("{SERVICE_ACCOUNT_DIR}/namespace"),
-            ]
-        );
+        assert_eq!(files, ["token", "ca.crt", "namespace"]);
     }
 }

@@ -355,7 +355,7 @@ impl Drop for Fixture {
             .output()
         {
             for id in String::from_utf8_lossy(&out.stdout).lines() {
-                docker_quiet(&["rm", "-f", id]);
+                docker_quiet(&["rm", "-f", "-v", id]);
             }
         }
         docker_quiet(&["network", "rm", &self.network]);
@@ -513,6 +513,7 @@ spec:
         readinessProbe:
           httpGet: {{path: /healthz, port: http}}
           periodSeconds: 1
+        securityContext: {{runAsUser: 65532, runAsNonRoot: true, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false}}
 "#,
         image = fx.image("demo/app")
     ));
@@ -553,6 +554,8 @@ spec:
                 .expect("docker inspect prints JSON");
         let c = &inspected[0];
         assert_eq!(c["State"]["Running"], true);
+        assert_eq!(c["Config"]["User"], "65532", "runAsUser is honoured");
+        assert_eq!(c["HostConfig"]["ReadonlyRootfs"], true);
         let uid = p["metadata"]["uid"].as_str().unwrap();
         assert_eq!(
             c["Name"],
