@@ -758,6 +758,8 @@ impl ContainerRuntime for DockerRuntime {
             .unwrap_or_else(|p| p.into_inner())
             .get(id)
             .map(|s| s.ready.load(Ordering::SeqCst))
+            // A container this runtime no longer knows (removed) is not ready.
+            .or(Some(false))
     }
 
     fn pod_ip(&self, container_id: &str) -> Option<String> {
