@@ -301,8 +301,8 @@ enum Stage {
     Creating,
     /// The last pull failed; shown until the back-off starts.
     PullFailed { message: String },
-    /// Waiting for the pull back-off to pass.
-    PullBackOff,
+    /// Waiting for the pull back-off to pass; since Kubernetes 1.32 the message carries the last error.
+    PullBackOff { message: String },
     /// The image name cannot be parsed.
     InvalidName { message: String },
     /// A referenced configMap or secret is missing.
@@ -515,8 +515,8 @@ async fn step<R: ContainerRuntime>(
             continue;
         }
         match c.stage.clone() {
-            Stage::PullFailed { .. } => {
-                c.stage = Stage::PullBackOff;
+            Stage::PullFailed { message } => {
+                c.stage = Stage::PullBackOff { message };
                 c.next = Some(now + k.config.backoff(c.pull_failures) / 2);
                 let image = c.image().to_string();
                 event(
@@ -529,7 +529,7 @@ async fn step<R: ContainerRuntime>(
                 event(k, run, "Warning", "Failed", "Error: ImagePullBackOff");
             }
             Stage::Creating
-            | Stage::PullBackOff
+            | Stage::PullBackOff { .. }
             | Stage::ConfigError { .. }
             | Stage::CrashBackOff { .. } => {
                 start_container(k, run, i, pod, exit_tx).await;
@@ -897,9 +897,12 @@ fn container_status(c: &Container) -> Value {
     let state = match &c.stage {
         Stage::Creating => waiting("ContainerCreating", None),
         Stage::PullFailed { message } => waiting("ErrImagePull", Some(message)),
-        Stage::PullBackOff => waiting(
+        Stage::PullBackOff { message } => waiting(
             "ImagePullBackOff",
-            Some(&format!("Back-off pulling image \"{}\"", c.image())),
+            Some(&format!(
+                "Back-off pulling image \"{}\": ErrImagePull: {message}",
+                c.image()
+            )),
         ),
         Stage::InvalidName { message } => waiting("InvalidImageName", Some(message)),
         Stage::ConfigError { message } => waiting("CreateContainerConfigError", Some(message)),

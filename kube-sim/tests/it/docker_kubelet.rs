@@ -729,18 +729,30 @@ async fn a_missing_image_reaches_image_pull_back_off_with_the_engines_error() {
     )
     .await;
     let mut pull_error: Option<String> = None;
-    until(&mut pods, DEADLINE, "ImagePullBackOff", |e| {
+    let back_off = until(&mut pods, DEADLINE, "ImagePullBackOff", |e| {
         let p = applied(e)?;
+        let message = container_status(p)
+            .pointer("/state/waiting/message")
+            .and_then(Value::as_str)
+            .map(str::to_string);
         if waiting_reason(p) == Some("ErrImagePull") {
-            pull_error = container_status(p)
-                .pointer("/state/waiting/message")
-                .and_then(Value::as_str)
-                .map(str::to_string);
+            pull_error = message.clone();
         }
-        (waiting_reason(p) == Some("ImagePullBackOff") && pull_error.is_some()).then_some(())
+        if waiting_reason(p) == Some("ImagePullBackOff") && pull_error.is_some() {
+            return message;
+        }
+        None
     })
     .await;
     let message = pull_error.unwrap();
+    assert_eq!(
+        back_off,
+        format!(
+            "Back-off pulling image \"{}\": ErrImagePull: {message}",
+            fx.image("demo/missing")
+        ),
+        "the back-off message carries the engine's error, as kubelets since 1.32 do"
+    );
     // The engine pulled through the loopback name and said why it failed.
     assert!(
         message.contains(&format!("localhost:{}/demo/missing", fx.registry.port))
@@ -811,14 +823,15 @@ async fn a_failing_liveness_probe_restarts_the_container() {
     let fx = Fixture::start().await;
     let sim = fx.sim().await;
     let mut pods = watch(&sim.store().clone(), &GroupResource::pods(), None);
-    // The port answers (readiness passes) but `/healthz` never does (liveness fails).
+    // The port answers (readiness passes) but `/healthz` never does (liveness fails, after a delay that
+    // leaves the readiness probe time to pass first).
     create_pod(
         &sim,
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unhealthy", "namespace": "default"},
             "spec": {"containers": [{"name": "app", "image": fx.image("demo/app"),
                 "env": [{"name": "READY_AFTER_MS", "value": "3600000"}],
                 "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
-                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1, "failureThreshold": 2}}]}}),
+                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "initialDelaySeconds": 3, "periodSeconds": 1, "failureThreshold": 2}}]}}),
     )
     .await;
     let mut was_ready = false;

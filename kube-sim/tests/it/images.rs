@@ -139,9 +139,12 @@ async fn a_missing_image_reaches_image_pull_back_off() {
     let last = seen[0].last().unwrap();
     assert_eq!(last["status"]["phase"], "Pending");
     assert_eq!(status(last)["imageID"], "");
+    // Since Kubernetes 1.32 the back-off message carries the last pull error.
     assert_eq!(
         status(last)["state"]["waiting"]["message"],
-        format!("Back-off pulling image \"{MIRROR_NAME}/nothing-here:v1\"")
+        format!(
+            "Back-off pulling image \"{MIRROR_NAME}/nothing-here:v1\": ErrImagePull: {message}"
+        )
     );
     let events = sim
         .store()
