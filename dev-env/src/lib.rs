@@ -4,6 +4,7 @@
 //! line over this crate.
 
 pub mod apply;
+pub mod bench;
 pub mod cluster;
 pub mod config;
 pub mod deliver;

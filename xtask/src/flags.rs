@@ -44,6 +44,8 @@ pub enum Cmd {
     Reload(Reload),
     /// Run the project's checks: tests (cargo nextest), rustfmt and clippy
     Test(Test),
+    /// Measure the loop's figures on this machine (median, min, max)
+    Bench(Bench),
 }
 
 #[derive(Debug, Args)]
@@ -147,6 +149,16 @@ pub struct Test {
     /// Arguments passed on to `cargo nextest run`
     #[arg(last = true, value_name = "NEXTEST_ARGS")]
     pub nextest_args: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct Bench {
+    /// Runs per figure (at least 5)
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(5..))]
+    pub runs: u16,
+    /// Print one JSON object per figure instead of a Markdown table
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

@@ -2,6 +2,7 @@
 //! parses the command line and dispatches; the `dev-env` library does the
 //! work.
 
+mod bench;
 mod dev;
 mod flags;
 mod progress;
@@ -40,6 +41,7 @@ fn try_main(flags: flags::Xtask) -> anyhow::Result<ExitCode> {
         flags::Cmd::PushImage(cmd) => cmd.run(sh, ctx),
         flags::Cmd::Reload(cmd) => cmd.run(sh, ctx),
         flags::Cmd::Test(cmd) => cmd.run(sh, ctx),
+        flags::Cmd::Bench(cmd) => cmd.run(ctx),
     }
 }
 
@@ -58,7 +60,7 @@ fn render(err: &anyhow::Error) -> String {
 }
 
 /// The repository root: the parent of this crate.
-fn project_root() -> PathBuf {
+pub(crate) fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("xtask lives one level below the root")

@@ -1,0 +1,359 @@
+//! Benchmarks behind `cargo xtask bench`: figures measured on this machine,
+//! reported as median, min and max over several runs. Nothing here is a
+//! test: no figure is asserted.
+
+use std::{
+    path::Path,
+    process::{Child, Stdio},
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams},
+};
+use serde::Serialize;
+use serde_json::json;
+use xshell::{Shell, cmd};
+
+use crate::{
+    image::{cargo, distribution, oci},
+    wait::workload::{self, Want},
+};
+
+/// The distribution registry binary from Debian's `docker-registry` package.
+pub const DISTRIBUTION_BINARY: &str = "/usr/bin/docker-registry";
+
+/// One reported figure.
+#[derive(Debug, Clone, Serialize)]
+pub struct Figure {
+    pub name: String,
+    pub unit: String,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub runs: usize,
+}
+
+impl Figure {
+    /// Summarises `samples` (at least one).
+    pub fn of(name: &str, unit: &str, mut samples: Vec<f64>) -> Figure {
+        samples.sort_by(f64::total_cmp);
+        let n = samples.len();
+        let median = if n % 2 == 1 {
+            samples[n / 2]
+        } else {
+            (samples[n / 2 - 1] + samples[n / 2]) / 2.0
+        };
+        Figure {
+            name: name.to_string(),
+            unit: unit.to_string(),
+            median,
+            min: samples[0],
+            max: samples[n - 1],
+            runs: n,
+        }
+    }
+}
+
+/// The figures as a Markdown table.
+pub fn markdown(figures: &[Figure]) -> String {
+    let mut out = String::from(
+        "| figure | median | min | max | unit | runs |\n|---|---:|---:|---:|---|---:|\n",
+    );
+    for f in figures {
+        out.push_str(&format!(
+            "| {} | {:.3} | {:.3} | {:.3} | {} | {} |\n",
+            f.name, f.median, f.min, f.max, f.unit, f.runs
+        ));
+    }
+    out
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{what}: {reason}")]
+    Step { what: String, reason: String },
+}
+
+fn step(what: &str) -> impl Fn(String) -> Error + '_ {
+    move |reason| Error::Step {
+        what: what.to_string(),
+        reason,
+    }
+}
+
+/// A child process killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The distribution registry on a free loopback port, storage in `dir`.
+fn start_registry(dir: &Path) -> Result<(Process, String), Error> {
+    let fail = step("starting the distribution registry");
+    if !Path::new(DISTRIBUTION_BINARY).exists() {
+        return Err(fail(format!(
+            "{DISTRIBUTION_BINARY} is missing; `apt-get install -y docker-registry`"
+        )));
+    }
+    let port = crate::docker::free_loopback_port().map_err(|e| fail(e.to_string()))?;
+    let config = dir.join("registry.yml");
+    let text = format!(
+        "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n",
+        dir.join("data").display()
+    );
+    std::fs::write(&config, text).map_err(|e| fail(e.to_string()))?;
+    let sh = Shell::new().map_err(|e| fail(e.to_string()))?;
+    let mut command: std::process::Command =
+        cmd!(sh, "{DISTRIBUTION_BINARY} serve {config}").into();
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let process = Process(child.map_err(|e| fail(e.to_string()))?);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            return Err(fail(format!("port {port} did not open within 15s")));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok((process, format!("127.0.0.1:{port}")))
+}
+
+/// What one scale run measured.
+struct ScaleRun {
+    ready: Duration,
+    rolled: Duration,
+    peak_rss_mb: f64,
+    cpu_seconds: f64,
+}
+
+/// kube-sim at scale: `deployments` Deployments of `replicas` pods created
+/// and brought Ready, then all restarted at once; the simulator's peak RSS
+/// and CPU time over the run. kube-sim runs as its own process (the static
+/// binary the sim node image is built from) with the virtual kubelet,
+/// pulling a small image from the real distribution registry.
+pub async fn sim_scale(
+    root: &Path,
+    runs: usize,
+    deployments: usize,
+    replicas: i32,
+) -> Result<Vec<Figure>, Error> {
+    let build = cargo::Build {
+        root,
+        package: "kube-sim",
+        bin: "kube-sim",
+        verbose: false,
+    };
+    let binary =
+        tokio::task::block_in_place(|| cargo::build_binary(&build)).map_err(|e| Error::Step {
+            what: String::from("building kube-sim"),
+            reason: e.to_string(),
+        })?;
+    let mut samples = Vec::new();
+    for _ in 0..runs {
+        samples.push(scale_run(&binary, deployments, replicas).await?);
+    }
+    let pods = deployments as i32 * replicas;
+    Ok(vec![
+        Figure::of(
+            &format!("kube-sim: {deployments} Deployments x {replicas} pods Ready ({pods} pods)"),
+            "s",
+            samples.iter().map(|s| s.ready.as_secs_f64()).collect(),
+        ),
+        Figure::of(
+            &format!("kube-sim: {pods} pods rolled at once (restart of every Deployment)"),
+            "s",
+            samples.iter().map(|s| s.rolled.as_secs_f64()).collect(),
+        ),
+        Figure::of(
+            "kube-sim peak RSS",
+            "MB",
+            samples.iter().map(|s| s.peak_rss_mb).collect(),
+        ),
+        Figure::of(
+            "kube-sim CPU time",
+            "s",
+            samples.iter().map(|s| s.cpu_seconds).collect(),
+        ),
+    ])
+}
+
+async fn scale_run(binary: &Path, deployments: usize, replicas: i32) -> Result<ScaleRun, Error> {
+    let dir = tempfile::tempdir().map_err(|e| step("a temporary directory")(e.to_string()))?;
+    let (_registry, host) = start_registry(dir.path())?;
+
+    // A small image, pushed once; pods name it digest-pinned.
+    let image = oci::binary_image("pause", b"#!/pause\n".to_vec());
+    let client = distribution::Client::new(&host);
+    let push = step("pushing the benchmark image");
+    for blob in image.blobs() {
+        client
+            .upload_blob("bench/pause", &blob.digest, blob.bytes.clone())
+            .await
+            .map_err(|e| push(e.to_string()))?;
+    }
+    client
+        .put_manifest(
+            "bench/pause",
+            "dev",
+            image.manifest.media_type,
+            image.manifest.bytes.clone(),
+        )
+        .await
+        .map_err(|e| push(e.to_string()))?;
+    let reference = format!("bench-registry:5000/bench/pause@{}", image.manifest.digest);
+
+    let registries = dir.path().join("registries.yaml");
+    let text =
+        format!("mirrors:\n  \"bench-registry:5000\":\n    endpoint:\n      - \"http://{host}\"\n");
+    std::fs::write(&registries, text)
+        .map_err(|e| step("writing registries.yaml")(e.to_string()))?;
+    let kubeconfig = dir.path().join("kubeconfig");
+    let start = step("starting kube-sim");
+    let sh = Shell::new().map_err(|e| start(e.to_string()))?;
+    let mut command: std::process::Command =
+        cmd!(sh, "{binary} serve --listen 127.0.0.1:0 --kubeconfig-out {kubeconfig} --registries {registries}").into();
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
+    let sim = Process(child.map_err(|e| start(e.to_string()))?);
+    let pid = sim.0.id();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !kubeconfig.exists() {
+        if Instant::now() > deadline {
+            return Err(start(String::from("no kubeconfig within 30s")));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let client = crate::kubeconfig::client(&kubeconfig, None)
+        .await
+        .map_err(|e| start(e.to_string()))?;
+
+    let names: Vec<String> = (0..deployments).map(|i| format!("scale-{i:02}")).collect();
+    let api: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let params = PatchParams::apply("dev-env-bench").force();
+    let started = Instant::now();
+    for name in &names {
+        let deploy = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}},
+                             "spec": {"containers": [{"name": "app", "image": reference}]}}
+            }
+        });
+        api.patch(name, &params, &Patch::Apply(&deploy))
+            .await
+            .map_err(|e| step("creating Deployments")(e.to_string()))?;
+    }
+    wait_all(&client, &names).await?;
+    let ready = started.elapsed();
+
+    let started = Instant::now();
+    let restart = json!({"spec": {"template": {"metadata": {"annotations": {"dev-env.io/restartedAt": k8s_openapi::jiff::Timestamp::now().to_string()}}}}});
+    for name in &names {
+        api.patch(name, &PatchParams::default(), &Patch::Strategic(&restart))
+            .await
+            .map_err(|e| step("restarting Deployments")(e.to_string()))?;
+    }
+    wait_all(&client, &names).await?;
+    let rolled = started.elapsed();
+
+    let (peak_rss_mb, cpu_seconds) = usage(pid).map_err(step("reading the simulator's usage"))?;
+    drop(sim);
+    Ok(ScaleRun {
+        ready,
+        rolled,
+        peak_rss_mb,
+        cpu_seconds,
+    })
+}
+
+/// Waits (10 minutes at most) until every Deployment in `names` completed
+/// by the harness's own rule (kubectl's, plus the new ReplicaSet's pods all
+/// Ready and no old pod left): kube-rs's `is_deployment_completed` reads
+/// only the `Progressing` reason, which lingers from the previous rollout.
+async fn wait_all(client: &Client, names: &[String]) -> Result<(), Error> {
+    let timeout = Duration::from_secs(600);
+    let waits = names.iter().map(|name| {
+        let want = Want {
+            namespace: String::from("default"),
+            deployment: name.clone(),
+            container: String::from("app"),
+            digest: None,
+        };
+        async move { workload::deployment(client, &want, timeout).await }
+    });
+    futures::future::try_join_all(waits)
+        .await
+        .map(|_| ())
+        .map_err(|e| step("waiting for Deployments")(e.to_string()))
+}
+
+/// Peak resident memory (MB) and user+system CPU seconds of process `pid`,
+/// from `/proc`.
+fn usage(pid: u32) -> Result<(f64, f64), String> {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or("no VmHWM in /proc status")?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).map_err(|e| e.to_string())?;
+    // Fields after the command name (which may hold spaces) start at 3.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or("malformed /proc stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15; `rest` starts at field 3.
+    let cpu = (ticks(11) + ticks(12)) / clock_ticks();
+    Ok((kb / 1024.0, cpu))
+}
+
+/// Clock ticks per second (`getconf CLK_TCK`), 100 on Linux.
+fn clock_ticks() -> f64 {
+    Shell::new()
+        .ok()
+        .and_then(|sh| cmd!(sh, "getconf CLK_TCK").quiet().read().ok())
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_summarise_samples_and_render_as_a_table() {
+        let f = Figure::of("x", "s", vec![3.0, 1.0, 2.0, 10.0, 4.0]);
+        assert_eq!((f.median, f.min, f.max, f.runs), (3.0, 1.0, 10.0, 5));
+        let even = Figure::of("y", "ms", vec![1.0, 3.0]);
+        assert_eq!(even.median, 2.0);
+        let table = markdown(&[f]);
+        assert!(
+            table.contains("| x | 3.000 | 1.000 | 10.000 | s | 5 |"),
+            "{table}"
+        );
+    }
+}

@@ -1,0 +1,38 @@
+//! `cargo xtask bench`: the figures `dev_env::bench` measures, as a
+//! Markdown table or one JSON object per figure.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use dev_env::bench;
+
+use crate::{Ctx, flags, project_root};
+
+/// The scale figure's shape: Deployments × pods each.
+const SCALE: (usize, i32) = (20, 50);
+
+impl flags::Bench {
+    pub(crate) fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+        let root = project_root();
+        ctx.say(format!(
+            "kube-sim at scale: {} Deployments x {} pods, {} runs",
+            SCALE.0, SCALE.1, self.runs
+        ));
+        let figures = ctx
+            .block_on(bench::sim_scale(
+                &root,
+                usize::from(self.runs),
+                SCALE.0,
+                SCALE.1,
+            ))?
+            .context("bench")?;
+        if self.json {
+            for figure in &figures {
+                println!("{}", serde_json::to_string(figure)?);
+            }
+        } else {
+            print!("{}", bench::markdown(&figures));
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
