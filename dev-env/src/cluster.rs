@@ -132,11 +132,60 @@ pub async fn ensure(
 /// Removes the node container; `false` when it was already gone. The
 /// kubeconfigs go with it: they would name a server that no longer exists.
 pub async fn remove(docker: &Docker, config: &Config) -> Result<bool, Error> {
-    let removed = docker::remove_container(docker, &config.node_name()).await?;
+    let node = config.node_name();
+    // A stop first: SIGTERM lets kube-sim remove the pod containers it runs,
+    // which a forced removal would leave behind.
+    if inspect_container(docker, &node)
+        .await?
+        .is_some_and(|c| is_running(&c))
+    {
+        let options = bollard::query_parameters::StopContainerOptions {
+            t: Some(STOP_TIMEOUT_SECONDS),
+            signal: None,
+        };
+        let _ = docker.stop_container(&node, Some(options)).await;
+    }
+    let removed = docker::remove_container(docker, &node).await?;
+    // Whatever pod containers are still there (a node that was killed
+    // cannot clean up) go too.
+    for pod in pod_containers(docker, &config.name).await? {
+        docker::remove_container(docker, &pod).await?;
+    }
     for file in [kubeconfig::HOST_FILE, kubeconfig::NETWORK_FILE] {
         let _ = std::fs::remove_file(config.state_dir().join(file));
     }
     Ok(removed)
+}
+
+/// How long a node may take to stop before it is killed.
+const STOP_TIMEOUT_SECONDS: i32 = 20;
+
+/// Names of the pod containers a sim node ran for environment `env`.
+pub async fn pod_containers(docker: &Docker, env: &str) -> Result<Vec<String>, Error> {
+    let filters = HashMap::from([(
+        String::from("label"),
+        vec![
+            format!("{}={env}", docker::LABEL_NAME),
+            String::from("io.kubernetes.pod.name"),
+        ],
+    )]);
+    let options = bollard::query_parameters::ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    let containers = docker
+        .list_containers(Some(options))
+        .await
+        .map_err(|e| docker::Error::api(format!("list the pod containers of `{env}`"), e))?;
+    Ok(containers
+        .into_iter()
+        .filter_map(|c| {
+            c.names?
+                .first()
+                .map(|n| n.trim_start_matches('/').to_string())
+        })
+        .collect())
 }
 
 async fn create(

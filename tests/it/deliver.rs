@@ -289,6 +289,19 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
         error.contains("ErrImagePull") || error.contains("ImagePullBackOff"),
         "{error}"
     );
+
+    // `dev down` leaves no pod container behind.
+    let left = runtime().block_on(async {
+        lifecycle::down(&config, false, false).await.unwrap();
+        let docker = dev_env::docker::connect().await.unwrap();
+        dev_env::cluster::pod_containers(&docker, &app.name)
+            .await
+            .unwrap()
+    });
+    assert!(
+        left.is_empty(),
+        "pod containers left after dev down: {left:?}"
+    );
 }
 
 /// An independent watch on the app's pods that notes when they first are

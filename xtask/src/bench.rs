@@ -8,24 +8,30 @@ use dev_env::bench;
 
 use crate::{Ctx, flags, project_root};
 
+/// The layer of the upload figure, in MB.
+const LAYER_MB: usize = 200;
+
 /// The scale figure's shape: Deployments × pods each.
 const SCALE: (usize, i32) = (20, 50);
 
 impl flags::Bench {
     pub(crate) fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let root = project_root();
+        let runs = usize::from(self.runs);
         ctx.say(format!(
-            "kube-sim at scale: {} Deployments x {} pods, {} runs",
-            SCALE.0, SCALE.1, self.runs
+            "a {LAYER_MB} MB layer, dev-env and curl, {runs} runs"
         ));
-        let figures = ctx
-            .block_on(bench::sim_scale(
-                &root,
-                usize::from(self.runs),
-                SCALE.0,
-                SCALE.1,
-            ))?
+        let mut figures = ctx
+            .block_on(bench::blob_upload(runs, LAYER_MB))?
             .context("bench")?;
+        ctx.say(format!(
+            "kube-sim at scale: {} Deployments x {} pods, {runs} runs",
+            SCALE.0, SCALE.1
+        ));
+        figures.extend(
+            ctx.block_on(bench::sim_scale(&root, runs, SCALE.0, SCALE.1))?
+                .context("bench")?,
+        );
         if self.json {
             for figure in &figures {
                 println!("{}", serde_json::to_string(figure)?);
