@@ -306,6 +306,22 @@ impl SimProject {
 
 impl Drop for SimProject {
     fn drop(&mut self) {
+        // Pod containers of the environment, however the test ended; the
+        // node, registry and network follow with the cleanup guard.
+        if let Ok(sh) = xshell::Shell::new() {
+            let filter = format!("label=dev-env.name={}", self.name);
+            let ids = xshell::cmd!(sh, "docker ps -aq --filter {filter}")
+                .quiet()
+                .read()
+                .unwrap_or_default();
+            for id in ids.split_whitespace() {
+                let _ = xshell::cmd!(sh, "docker rm -f {id}")
+                    .quiet()
+                    .ignore_stdout()
+                    .ignore_stderr()
+                    .run();
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
