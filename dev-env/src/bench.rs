@@ -158,6 +158,7 @@ pub async fn blob_upload(runs: usize, megabytes: usize) -> Result<Vec<Figure>, E
                 let started_here = Instant::now();
                 let url = format!("http://{host}/v2/bench/curl/blobs/uploads/");
                 let headers = cmd!(sh, "curl -sf -D - -o /dev/null -X POST {url}")
+                    .quiet()
                     .read()
                     .map_err(|e| fail(e.to_string()))?;
                 let location = headers
@@ -178,6 +179,7 @@ pub async fn blob_upload(runs: usize, megabytes: usize) -> Result<Vec<Figure>, E
                 let put = format!("{location}{separator}digest={digest}");
                 let data = format!("@{}", file.display());
                 cmd!(sh, "curl -sf -o /dev/null -X PUT -H Content-Type:application/octet-stream --data-binary {data} {put}")
+                    .quiet()
                     .run()
                     .map_err(|e| fail(e.to_string()))?;
                 samples.push(started_here.elapsed().as_secs_f64());
@@ -211,6 +213,321 @@ fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
     }
     out.truncate(len);
     out
+}
+
+/// The inner loop on a project of its own under `target/bench/loop/`: a
+/// one-crate HTTP service as a Deployment of 2 pods, on the sim provider
+/// with the real registry. Figures: cold and warm `dev up`, a no-op
+/// `push-image`, a one-line change split into build, push and rollout+wait,
+/// the wait's detection latency against an independent watch, and the same
+/// change done by hand (`docker build`, `docker push`, `kubectl set image`,
+/// `kubectl rollout status`) as a ratio.
+pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> {
+    let project = LoopProject::create(&root.join("target/bench/loop"))?;
+    let config = crate::config::Config::load(&project.dir.join("dev-env.yaml"))
+        .map_err(|e| step("the bench project's dev-env.yaml")(e.to_string()))?;
+    let options = crate::lifecycle::UpOptions {
+        recreate: false,
+        verbose: false,
+        timeout: LOOP_TIMEOUT,
+    };
+    let quiet = |_: &str| {};
+    let up = |what: &'static str| {
+        let config = &config;
+        async move {
+            crate::lifecycle::up(config, options, &quiet)
+                .await
+                .map_err(|e| step(what)(e.to_string()))
+        }
+    };
+    // Images (node, registry, the project's first build) are made once.
+    up("preparing the bench environment").await?;
+    let (mut cold, mut warm) = (Vec::new(), Vec::new());
+    for _ in 0..runs {
+        crate::lifecycle::down(&config, true, true)
+            .await
+            .map_err(|e| step("dev reset")(e.to_string()))?;
+        let started = Instant::now();
+        up("cold dev up").await?;
+        cold.push(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        up("warm dev up").await?;
+        warm.push(started.elapsed().as_secs_f64());
+    }
+
+    let flags = crate::deliver::PushFlags {
+        rollout: true,
+        timeout: LOOP_TIMEOUT,
+        verbose: false,
+    };
+    let components = [String::from("app")];
+    let push = || async {
+        let outcome = crate::deliver::push(&config, &components, flags, &Silent).await;
+        let outcome = outcome
+            .map_err(|e| step("push-image")(e.to_string()))?
+            .remove(0);
+        match &outcome.error {
+            Some(e) => Err(step("push-image")(e.clone())),
+            None => Ok(outcome),
+        }
+    };
+    let mut noop = Vec::new();
+    for _ in 0..runs {
+        let started = Instant::now();
+        push().await?;
+        noop.push(started.elapsed().as_secs_f64());
+    }
+
+    let client = crate::deliver::cluster_client(&config)
+        .await
+        .map_err(|e| step("a cluster client")(e.to_string()))?;
+    let (mut build, mut upload, mut rollout, mut total, mut latency, mut baseline) = (
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+        Vec::new(),
+    );
+    for run in 0..runs {
+        project.source(&format!("v{}", run + 2))?;
+        let started = Instant::now();
+        let cargo_build = cargo::Build {
+            root: &project.dir,
+            package: "app",
+            bin: "app",
+            verbose: false,
+        };
+        tokio::task::block_in_place(|| cargo::build_binary(&cargo_build))
+            .map_err(|e| step("cargo build")(e.to_string()))?;
+        build.push(started.elapsed().as_secs_f64());
+        let observer = observe_rollout(client.clone(), "bench", "app=app");
+        let pushed = Instant::now();
+        let outcome = push().await?;
+        let returned = Instant::now();
+        let wait = outcome.wait_ms as f64 / 1000.0;
+        upload.push(returned.duration_since(pushed).as_secs_f64() - wait);
+        rollout.push(wait);
+        total.push(started.elapsed().as_secs_f64());
+        if let Ok(Ok(seen)) = tokio::time::timeout(Duration::from_secs(5), observer).await {
+            latency.push(returned.saturating_duration_since(seen).as_secs_f64() * 1000.0);
+        }
+        baseline.push(by_hand(&config, &project, run).await?);
+    }
+    let ratio: Vec<f64> = total
+        .iter()
+        .zip(&baseline)
+        .map(|(ours, theirs)| ours / theirs)
+        .collect();
+    crate::lifecycle::down(&config, true, true)
+        .await
+        .map_err(|e| step("dev reset")(e.to_string()))?;
+    let mut figures = vec![
+        Figure::of("cold dev up (images local)", "s", cold),
+        Figure::of("warm dev up", "s", warm),
+        Figure::of("push-image, no change", "s", noop),
+        Figure::of("push-image after a one-line change: build", "s", build),
+        Figure::of("push-image after a one-line change: push", "s", upload),
+        Figure::of(
+            "push-image after a one-line change: rollout+wait",
+            "s",
+            rollout,
+        ),
+        Figure::of("push-image after a one-line change: total", "s", total),
+    ];
+    if !latency.is_empty() {
+        figures.push(Figure::of(
+            "wait detection after an independent watch sees the rollout done",
+            "ms",
+            latency,
+        ));
+    }
+    figures.push(Figure::of(
+        "by hand: docker build + push + kubectl set image + rollout status",
+        "s",
+        baseline,
+    ));
+    figures.push(Figure::of(
+        "one-line change, dev-env / by hand",
+        "ratio",
+        ratio,
+    ));
+    Ok(figures)
+}
+
+/// Deadline of each wait in the loop figures.
+const LOOP_TIMEOUT: Duration = Duration::from_secs(180);
+
+struct Silent;
+
+impl crate::deliver::Progress for Silent {
+    fn phase(&self, _: &str, _: crate::deliver::Phase, _: &str) {}
+}
+
+/// Resolves when an independent watch first sees only Ready pods of one
+/// template hash matching `selector` (the rollout done), with the instant.
+fn observe_rollout(
+    client: Client,
+    namespace: &str,
+    selector: &str,
+) -> tokio::task::JoinHandle<Instant> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client, namespace);
+    let config = watcher::Config::default().labels(selector);
+    tokio::spawn(async move {
+        let (reader, writer) = reflector::store();
+        let mut events = reflector::reflector(writer, watcher(pods, config))
+            .default_backoff()
+            .boxed();
+        let mut seen_other = false;
+        let mut first_hash: Option<String> = None;
+        while events.next().await.is_some() {
+            let pods = reader.state();
+            let hashes: std::collections::BTreeSet<_> = pods
+                .iter()
+                .filter_map(|p| {
+                    p.metadata
+                        .labels
+                        .as_ref()?
+                        .get("pod-template-hash")
+                        .cloned()
+                })
+                .collect();
+            if first_hash.is_none() {
+                first_hash = hashes.iter().next().cloned();
+            }
+            seen_other |= hashes.iter().any(|h| Some(h) != first_hash.as_ref());
+            let ready = pods.len() == 2
+                && hashes.len() == 1
+                && pods.iter().all(|p| {
+                    p.status
+                        .iter()
+                        .flat_map(|s| s.container_statuses.iter().flatten())
+                        .all(|c| c.ready)
+                });
+            if seen_other && ready {
+                return Instant::now();
+            }
+        }
+        Instant::now()
+    })
+}
+
+/// The same one-line change done by hand, timed: build the image with the
+/// engine from the binary just built, push it, set it on the Deployment
+/// with kubectl, and wait with `kubectl rollout status`.
+async fn by_hand(
+    config: &crate::config::Config,
+    project: &LoopProject,
+    run: usize,
+) -> Result<f64, Error> {
+    let fail = step("the by-hand baseline");
+    project.source(&format!("hand-{run}"))?;
+    let state = crate::state::State::load(&config.state_dir()).map_err(|e| fail(e.to_string()))?;
+    let host = crate::registry::host(config, &state).map_err(|e| fail(e.to_string()))?;
+    let dir = project.dir.clone();
+    let kubeconfig = config.state_dir().join(crate::kubeconfig::HOST_FILE);
+    let image_name = format!("{host}/bench/app:hand-{run}");
+    let in_cluster = format!("{}/bench/app:hand-{run}", config.registry.cluster_host);
+    tokio::task::block_in_place(|| {
+        let started = Instant::now();
+        let build = cargo::Build {
+            root: &dir,
+            package: "app",
+            bin: "app",
+            verbose: false,
+        };
+        let binary = cargo::build_binary(&build).map_err(|e| fail(e.to_string()))?;
+        let context = dir.join("hand");
+        std::fs::create_dir_all(&context).map_err(|e| fail(e.to_string()))?;
+        std::fs::copy(&binary, context.join("app")).map_err(|e| fail(e.to_string()))?;
+        std::fs::write(
+            context.join("Dockerfile"),
+            "FROM scratch\nCOPY app /app\nENTRYPOINT [\"/app\"]\n",
+        )
+        .map_err(|e| fail(e.to_string()))?;
+        let sh = Shell::new().map_err(|e| fail(e.to_string()))?;
+        let run = |cmd: xshell::Cmd<'_>| {
+            cmd.quiet()
+                .ignore_stdout()
+                .ignore_stderr()
+                .run()
+                .map_err(|e| fail(e.to_string()))
+        };
+        run(cmd!(sh, "docker build -q -t {image_name} {context}"))?;
+        run(cmd!(sh, "docker push -q {image_name}"))?;
+        run(cmd!(
+            sh,
+            "kubectl --kubeconfig {kubeconfig} -n bench set image deployment/app app={in_cluster}"
+        ))?;
+        run(cmd!(
+            sh,
+            "kubectl --kubeconfig {kubeconfig} -n bench rollout status deployment/app --timeout=180s"
+        ))?;
+        Ok(started.elapsed().as_secs_f64())
+    })
+}
+
+/// The loop figures' project: a one-crate workspace `app` serving HTTP on
+/// 8080, its namespace and Deployment, and its `dev-env.yaml`.
+struct LoopProject {
+    dir: std::path::PathBuf,
+}
+
+impl LoopProject {
+    fn create(dir: &Path) -> Result<LoopProject, Error> {
+        let fail = step("writing the bench project");
+        let write = |path: &str, text: &str| -> Result<(), Error> {
+            let path = dir.join(path);
+            std::fs::create_dir_all(path.parent().expect("a parent"))
+                .map_err(|e| fail(e.to_string()))?;
+            std::fs::write(path, text).map_err(|e| fail(e.to_string()))
+        };
+        write(
+            "Cargo.toml",
+            "[workspace]\nmembers = [\"app\"]\nresolver = \"3\"\n",
+        )?;
+        write(
+            "app/Cargo.toml",
+            "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+        )?;
+        write(
+            "dev-env.yaml",
+            "name: bench-loop\nnetwork: {ipv4Subnet: 10.252.9.0/24}\ncluster: {provider: sim}\nmanifests: [manifests]\n\
+             components:\n  app:\n    image: bench/app\n    build: {cargo: {package: app}}\n    \
+             rollout: {kind: Deployment, namespace: bench, name: app, container: app}\n",
+        )?;
+        write(
+            "manifests/app.yaml",
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: bench}\n---\n\
+             apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: app, namespace: bench}\nspec:\n  replicas: 2\n  \
+             selector: {matchLabels: {app: app}}\n  template:\n    metadata: {labels: {app: app}}\n    spec:\n      \
+             terminationGracePeriodSeconds: 1\n      containers:\n      - name: app\n        image: bench/app:dev\n        \
+             readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}\n",
+        )?;
+        let project = LoopProject {
+            dir: dir.to_path_buf(),
+        };
+        project.source("v1")?;
+        Ok(project)
+    }
+
+    /// The service's source, answering every request with `version`.
+    fn source(&self, version: &str) -> Result<(), Error> {
+        let text = format!(
+            "use std::io::{{Read, Write}};\nfn main() {{\n    println!(\"app {version} listening on 8080\");\n    \
+             let listener = std::net::TcpListener::bind(\"0.0.0.0:8080\").unwrap();\n    \
+             for stream in listener.incoming() {{\n        let Ok(mut s) = stream else {{ continue }};\n        \
+             let mut buf = [0u8; 1024];\n        let _ = s.read(&mut buf);\n        \
+             let _ = s.write_all(b\"HTTP/1.1 200 OK\\r\\ncontent-length: 2\\r\\n\\r\\nok\");\n    }}\n}}\n"
+        );
+        let path = self.dir.join("app/src/main.rs");
+        std::fs::create_dir_all(path.parent().expect("a parent"))
+            .map_err(|e| step("writing the bench project")(e.to_string()))?;
+        std::fs::write(path, text).map_err(|e| step("writing the bench project")(e.to_string()))
+    }
 }
 
 /// What one scale run measured.
