@@ -120,6 +120,15 @@ impl App {
         self.write("app/src/main.rs", &text);
     }
 
+    /// Asserts that exactly the two pods run `digest`.
+    fn assert_runs(&self, digest: &str) {
+        let running = self.running();
+        assert!(
+            running.len() == 2 && running.iter().all(|id| id.ends_with(digest)),
+            "pods run {running:?}, want {digest}"
+        );
+    }
+
     /// `imageID`s of the Ready, non-terminating pods, via kubectl.
     fn running(&self) -> Vec<String> {
         let sh = Shell::new().unwrap();
@@ -173,6 +182,13 @@ fn push(config: &Config) -> Outcome {
     outcomes.remove(0)
 }
 
+fn reload(config: &Config) -> Vec<Outcome> {
+    let components = [String::from("app")];
+    runtime()
+        .block_on(deliver::reload(config, &components, TIMEOUT, &Quiet))
+        .unwrap()
+}
+
 fn digest(config: &Config) -> String {
     State::load(&config.state_dir()).unwrap().images["app"]
         .digest
@@ -192,12 +208,7 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
         .block_on(lifecycle::up(&config, options, &|line| eprintln!("{line}")))
         .expect("dev up builds, pushes and runs the component");
     let first = digest(&config);
-    let running = app.running();
-    assert_eq!(running.len(), 2, "{running:?}");
-    assert!(
-        running.iter().all(|id| id.ends_with(&first)),
-        "pods run {running:?}, pushed {first}"
-    );
+    app.assert_runs(&first);
 
     // No change: nothing uploaded, nothing rolled, exit clean.
     let same = push(&config);
@@ -231,26 +242,14 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
         changed.rolled_out && changed.uploaded_bytes > 0,
         "{changed:?}"
     );
-    let running = app.running();
-    assert_eq!(running.len(), 2, "{running:?}");
-    assert!(
-        running.iter().all(|id| id.ends_with(&second)),
-        "pods run {running:?}, pushed {second}"
-    );
+    app.assert_runs(&second);
 
     // reload restarts without changing the digest; the manifest's `:dev`
     // reference does not roll it back.
-    let reloaded = runtime()
-        .block_on(deliver::reload(
-            &config,
-            &[String::from("app")],
-            TIMEOUT,
-            &Quiet,
-        ))
-        .unwrap();
+    let reloaded = reload(&config);
     assert_eq!(reloaded[0].error, None, "{reloaded:?}");
     assert!(reloaded[0].rolled_out);
-    assert!(app.running().iter().all(|id| id.ends_with(&second)));
+    app.assert_runs(&second);
 
     // An image whose pods crash fails fast with the reason and the logs.
     app.source("v3", true);
@@ -433,11 +432,7 @@ fn a_worker_pool_rolls_through_its_controller_and_the_wait_holds_it_to_the_gener
     let same = push(&config);
     assert_eq!(same.error, None, "{same:?}");
     assert!(!same.rolled_out);
-    let running = app.running();
-    assert!(
-        running.len() == 2 && running.iter().all(|id| id.ends_with(&first)),
-        "{running:?}"
-    );
+    app.assert_runs(&first);
 
     // A change rolls the pool's template; the controller rolls its
     // Deployment; the push returns once the pool reports the new generation
@@ -466,22 +461,11 @@ fn a_worker_pool_rolls_through_its_controller_and_the_wait_holds_it_to_the_gener
         after > before && observed >= after,
         "generation {before} -> {after}, observed {observed}"
     );
-    let running = app.running();
-    assert!(
-        running.len() == 2 && running.iter().all(|id| id.ends_with(&second)),
-        "{running:?}"
-    );
+    app.assert_runs(&second);
 
     // A restart goes through the pool too and keeps the digest.
-    let reloaded = runtime()
-        .block_on(deliver::reload(
-            &config,
-            &[String::from("app")],
-            TIMEOUT,
-            &Quiet,
-        ))
-        .unwrap();
+    let reloaded = reload(&config);
     assert_eq!(reloaded[0].error, None, "{reloaded:?}");
     assert!(generation(&config).0 > after);
-    assert!(app.running().iter().all(|id| id.ends_with(&second)));
+    app.assert_runs(&second);
 }
