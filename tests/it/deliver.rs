@@ -289,6 +289,32 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
         "{error}"
     );
 
+    // A Deployment whose pods never become Ready within an impossible
+    // progress deadline fails with the controller's verdict.
+    let sh = Shell::new().unwrap();
+    let kc = config.state_dir().join(dev_env::kubeconfig::HOST_FILE);
+    let good = format!("{}/{}/app@{second}", config.registry.cluster_host, app.name);
+    let patch = format!(
+        r#"{{"spec":{{"progressDeadlineSeconds":1,"template":{{"spec":{{"containers":[{{"name":"app","image":"{good}","readinessProbe":{{"httpGet":{{"path":"/","port":9}},"periodSeconds":1}}}}]}}}}}}}}"#
+    );
+    cmd!(
+        sh,
+        "kubectl --kubeconfig {kc} -n shop patch deployment app -p {patch}"
+    )
+    .quiet()
+    .ignore_stdout()
+    .run()
+    .unwrap();
+    let error = runtime()
+        .block_on(async {
+            let client = deliver::cluster_client(&config).await.unwrap();
+            let rolled = rollout::roll(&client, &config, "app", None, None, false, TIMEOUT).await?;
+            rollout::wait(&client, &rolled, TIMEOUT).await
+        })
+        .expect_err("an impossible deadline cannot be met")
+        .to_string();
+    assert!(error.contains("progress deadline"), "{error}");
+
     // `dev down` leaves no pod container behind.
     let left = runtime().block_on(async {
         lifecycle::down(&config, false, false).await.unwrap();

@@ -167,10 +167,22 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
     let host = second.registry.host.clone();
     let client = dev_env::image::distribution::Client::new(&host);
     let rt = runtime();
-    let blob = bytes::Bytes::from_static(b"kept across dev down");
-    let digest = format!("sha256:{}", hex_sha256(&blob));
-    rt.block_on(client.upload_blob("keep/me", &digest, blob.clone()))
-        .unwrap();
+    // A whole image: its blobs, and its manifest under a tag.
+    let image = dev_env::image::oci::binary_image("kept", b"kept across dev down".to_vec());
+    rt.block_on(async {
+        for blob in image.blobs() {
+            client
+                .upload_blob("keep/me", &blob.digest, blob.bytes.clone())
+                .await
+                .unwrap();
+        }
+        let (media_type, bytes) = (image.manifest.media_type, image.manifest.bytes.clone());
+        client
+            .put_manifest("keep/me", "dev", media_type, bytes)
+            .await
+            .unwrap();
+    });
+    let digest = image.manifest.digest.clone();
     let down = rt.block_on(lifecycle::down(&config, false, false)).unwrap();
     assert!(down.node && down.registry && !down.volume);
     assert!(
@@ -184,9 +196,14 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
         "already down is success"
     );
     up(&config, OPTIONS).expect("dev up after down");
-    assert!(
-        rt.block_on(client.blob_exists("keep/me", &digest)).unwrap(),
-        "the pushed blob survived"
+    let kept = rt
+        .block_on(client.get_manifest("keep/me", &digest))
+        .unwrap()
+        .expect("the manifest, by digest");
+    assert_eq!(
+        dev_env::image::oci::sha256_digest(&kept.bytes),
+        digest,
+        "the pushed image survived"
     );
 
     // Reset with purge removes everything, including the data.
@@ -296,9 +313,4 @@ fn up_repairs_a_killed_node_and_a_deleted_registry() {
     runtime()
         .block_on(lifecycle::down(&config, true, true))
         .unwrap();
-}
-
-fn hex_sha256(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
 }
