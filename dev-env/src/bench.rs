@@ -540,25 +540,24 @@ struct ScaleRun {
 
 /// kube-sim at scale: `deployments` Deployments of `replicas` pods created
 /// and brought Ready, then all restarted at once; the simulator's peak RSS
-/// and CPU time over the run. kube-sim runs as its own process (the static
-/// binary the sim node image is built from) with the virtual kubelet,
-/// pulling a small image from the real distribution registry.
+/// and CPU time over the run. kube-sim runs as its own process (the binary
+/// taken out of the sim node image, which `inner_loop`'s `dev up` makes
+/// when missing) with the virtual kubelet, pulling a small image from the
+/// real distribution registry.
 pub async fn sim_scale(
-    root: &Path,
     runs: usize,
     deployments: usize,
     replicas: i32,
 ) -> Result<Vec<Figure>, Error> {
-    let build = cargo::Build {
-        root,
-        package: "kube-sim",
-        bin: "kube-sim",
-        verbose: false,
-    };
-    let binary =
-        tokio::task::block_in_place(|| cargo::build_binary(&build)).map_err(|e| Error::Step {
-            what: String::from("building kube-sim"),
-            reason: e.to_string(),
+    // The simulator measured is the one the sim node runs: the binary in
+    // the node image (built by the loop figures' `dev up` when missing).
+    let dir = tempfile::tempdir().map_err(|e| step("a temporary directory")(e.to_string()))?;
+    let binary = dir.path().join("kube-sim");
+    extract_binary(crate::config::DEFAULT_SIM_IMAGE, "/bin/kube-sim", &binary)
+        .await
+        .map_err(|reason| Error::Step {
+            what: String::from("taking kube-sim out of the node image"),
+            reason,
         })?;
     let mut samples = Vec::new();
     for _ in 0..runs {
@@ -587,6 +586,45 @@ pub async fn sim_scale(
             samples.iter().map(|s| s.cpu_seconds).collect(),
         ),
     ])
+}
+
+/// Copies the file at `path` out of `image` to `dest`, executable.
+async fn extract_binary(image: &str, path: &str, dest: &Path) -> Result<(), String> {
+    use std::{io::Read, os::unix::fs::PermissionsExt};
+
+    use futures::TryStreamExt;
+
+    let docker = crate::docker::connect().await.map_err(|e| e.to_string())?;
+    let body = bollard::models::ContainerCreateBody {
+        image: Some(image.to_string()),
+        ..Default::default()
+    };
+    let created = docker
+        .create_container(None, body)
+        .await
+        .map_err(|e| format!("`{image}`: {e}"))?;
+    let options = bollard::query_parameters::DownloadFromContainerOptionsBuilder::default()
+        .path(path)
+        .build();
+    let archive: Result<Vec<u8>, _> = docker
+        .download_from_container(&created.id, Some(options))
+        .map_ok(|c| c.to_vec())
+        .try_concat()
+        .await;
+    let _ = crate::docker::remove_container(&docker, &created.id).await;
+    let archive = archive.map_err(|e| e.to_string())?;
+    let mut entries = tar::Archive::new(archive.as_slice());
+    let mut entry = entries
+        .entries()
+        .map_err(|e| e.to_string())?
+        .next()
+        .ok_or("an empty archive")?
+        .map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    entry.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    std::fs::write(dest, bytes).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| e.to_string())
 }
 
 async fn scale_run(binary: &Path, deployments: usize, replicas: i32) -> Result<ScaleRun, Error> {

@@ -34,7 +34,7 @@ impl flags::Bench {
             SCALE.0, SCALE.1
         ));
         figures.extend(
-            ctx.block_on(bench::sim_scale(&root, runs, SCALE.0, SCALE.1))?
+            ctx.block_on(bench::sim_scale(runs, SCALE.0, SCALE.1))?
                 .context("bench")?,
         );
         if self.json {
