@@ -69,26 +69,7 @@ impl PodLogs for Logs {
 
     fn logs(&self, pod: &Value, container: Option<&str>) -> store::Result<String> {
         let name = meta::name_of(pod);
-        let names: Vec<&str> = pod
-            .pointer("/spec/containers")
-            .and_then(Value::as_array)
-            .map(|cs| cs.iter().filter_map(|c| c["name"].as_str()).collect())
-            .unwrap_or_default();
-        let container = match container {
-            Some(c) => c,
-            None if names.len() == 1 => names[0],
-            None => {
-                return Err(store::Error::BadRequest(format!(
-                    "a container name must be specified for pod {name}, choose one of: [{}]",
-                    names.join(" ")
-                )));
-            }
-        };
-        if !names.contains(&container) {
-            return Err(store::Error::BadRequest(format!(
-                "container {container} is not valid for pod {name}"
-            )));
-        }
+        let container = log_container(pod, container)?;
         let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("");
         let lines = self
             .lines
@@ -126,6 +107,36 @@ fn tail(text: &str, n: usize) -> String {
         .iter()
         .map(|l| format!("{l}\n"))
         .collect()
+}
+
+/// The container a log request is for: the one named, or the pod's only
+/// one; the API server's errors otherwise.
+pub(crate) fn log_container<'a>(
+    pod: &'a Value,
+    container: Option<&'a str>,
+) -> store::Result<&'a str> {
+    let name = meta::name_of(pod);
+    let names: Vec<&str> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(|cs| cs.iter().filter_map(|c| c["name"].as_str()).collect())
+        .unwrap_or_default();
+    let container = match container {
+        Some(c) => c,
+        None if names.len() == 1 => names[0],
+        None => {
+            return Err(store::Error::BadRequest(format!(
+                "a container name must be specified for pod {name}, choose one of: [{}]",
+                names.join(" ")
+            )));
+        }
+    };
+    if !names.contains(&container) {
+        return Err(store::Error::BadRequest(format!(
+            "container {container} is not valid for pod {name}"
+        )));
+    }
+    Ok(container)
 }
 
 #[cfg(test)]

@@ -30,26 +30,7 @@ impl DockerLogs {
     /// The Docker ID behind a log request, or the error a kubelet answers with.
     fn container_id(&self, pod: &Value, container: Option<&str>) -> store::Result<Option<String>> {
         let name = meta::name_of(pod);
-        let names: Vec<&str> = pod
-            .pointer("/spec/containers")
-            .and_then(Value::as_array)
-            .map(|cs| cs.iter().filter_map(|c| c["name"].as_str()).collect())
-            .unwrap_or_default();
-        let container = match container {
-            Some(c) => c,
-            None if names.len() == 1 => names[0],
-            None => {
-                return Err(store::Error::BadRequest(format!(
-                    "a container name must be specified for pod {name}, choose one of: [{}]",
-                    names.join(" ")
-                )));
-            }
-        };
-        if !names.contains(&container) {
-            return Err(store::Error::BadRequest(format!(
-                "container {container} is not valid for pod {name}"
-            )));
-        }
+        let container = crate::kubelet::logs::log_container(pod, container)?;
         let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("");
         match self.runtime.latest(uid, container) {
             Some(id) => Ok(Some(id)),
