@@ -11,7 +11,7 @@ use std::{collections::HashMap, time::Duration};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{
     Api, Client,
-    api::{DynamicObject, GroupVersionKind, Patch, PatchParams},
+    api::{DynamicObject, GroupVersionKind, Patch, PatchParams, ValidationDirective},
     discovery::{ApiCapabilities, ApiResource, Scope},
     runtime::wait::{await_condition, conditions},
 };
@@ -36,6 +36,17 @@ pub enum Error {
         at: String,
         gvk: String,
         error: kube::Error,
+    },
+    #[error(
+        "{}\n{}; fix the manifests and run again",
+        problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"),
+        if *applied { "only the CustomResourceDefinitions were applied" } else { "nothing was applied" }
+    )]
+    Invalid {
+        /// Every object the server refused, each an `UnknownKind` or `Apply`.
+        problems: Vec<Error>,
+        /// Whether the CRDs of the set were applied before the check failed.
+        applied: bool,
     },
     #[error("{at}: applying {what} failed: {}", api_error(error))]
     Apply {
@@ -164,47 +175,211 @@ pub fn local_registry_hosting(config: &Config, host: &str) -> Value {
     })
 }
 
-/// Applies `manifests` (already in apply order) with images pinned, waiting
-/// for CRDs to be established before anything that may use them.
+/// Applies `manifests` (already in apply order) with images pinned, all or
+/// nothing: every object is first validated by the server (a dry run with
+/// strict field validation), and nothing is applied unless all pass. Custom
+/// resources whose CRD the same set declares cannot be validated before
+/// that CRD exists: they are validated once the CRDs are applied and
+/// established, before any other object is applied.
 pub async fn apply_all(
     client: &Client,
     manifests: &[Manifest],
     pins: &HashMap<String, String>,
     timeout: Duration,
 ) -> Result<Vec<Applied>, Error> {
+    let objects: Vec<Object<'_>> = manifests
+        .iter()
+        .map(|manifest| {
+            let mut object = manifest.object.clone();
+            pin_images(&mut object, pins);
+            Object { manifest, object }
+        })
+        .collect();
+    let mut kinds = Kinds::default();
+    let deferred = validate(client, &mut kinds, &objects, Validation::Now).await?;
+
+    let (crds, rest): (Vec<&Object<'_>>, Vec<&Object<'_>>) = objects
+        .iter()
+        .partition(|o| o.manifest.phase() == Phase::CustomResourceDefinitions);
     let mut applied = Vec::new();
-    let mut kinds: HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)> = HashMap::new();
-    let mut crds = Vec::new();
-    let mut established = false;
-    for manifest in manifests {
-        if manifest.phase() != Phase::CustomResourceDefinitions && !established {
-            wait_established(client, &crds, timeout).await?;
-            established = true;
-        }
-        let mut object = manifest.object.clone();
-        pin_images(&mut object, pins);
-        let at = format!("{}:{}", manifest.file.display(), manifest.line);
-        applied.push(apply_one(client, &mut kinds, &at, &object).await?);
-        if manifest.phase() == Phase::CustomResourceDefinitions {
-            crds.push(manifest.name.clone());
-        }
+    for crd in &crds {
+        applied.push(apply_one(client, &mut kinds, &crd.at(), &crd.object, Mode::Apply).await?);
     }
-    if !established {
-        wait_established(client, &crds, timeout).await?;
+    let names: Vec<String> = crds.iter().map(|c| c.manifest.name.clone()).collect();
+    wait_established(client, &names, timeout).await?;
+    if !deferred.is_empty() {
+        let deferred: Vec<Object<'_>> = deferred.into_iter().cloned().collect();
+        validate(client, &mut kinds, &deferred, Validation::Deferred).await?;
+    }
+    for object in rest {
+        applied.push(
+            apply_one(
+                client,
+                &mut kinds,
+                &object.at(),
+                &object.object,
+                Mode::Apply,
+            )
+            .await?,
+        );
     }
     Ok(applied)
 }
 
+/// A manifest with its images pinned: what is sent.
+#[derive(Debug, Clone)]
+struct Object<'a> {
+    manifest: &'a Manifest,
+    object: Value,
+}
+
+impl Object<'_> {
+    fn at(&self) -> String {
+        format!("{}:{}", self.manifest.file.display(), self.manifest.line)
+    }
+}
+
+/// The kinds the cluster serves, looked up once each.
+type Kinds = HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Validation {
+    /// Before anything is applied: kinds that CRDs of the same set declare
+    /// are handed back for later.
+    Now,
+    /// After the CRDs are established: every kind must be served.
+    Deferred,
+}
+
+/// Dry-runs every object with strict field validation and reports every
+/// failure at once. Returns the objects left for later: custom resources
+/// whose CRD is among `objects` and not served yet.
+async fn validate<'o, 'm>(
+    client: &Client,
+    kinds: &mut Kinds,
+    objects: &'o [Object<'m>],
+    when: Validation,
+) -> Result<Vec<&'o Object<'m>>, Error> {
+    let declared_kinds = declared_crd_kinds(objects);
+    let declared_namespaces: Vec<&str> = objects
+        .iter()
+        .filter(|o| o.manifest.phase() == Phase::Namespaces)
+        .map(|o| o.manifest.name.as_str())
+        .collect();
+    let mut namespaces = Namespaces::new(client);
+    let mut deferred = Vec::new();
+    let mut problems = Vec::new();
+    for object in objects {
+        let mut sent = object.object.clone();
+        // An object in a namespace that the same set creates is checked in
+        // `default`: the server refuses a dry run in a namespace that does
+        // not exist yet, and nothing it validates depends on which one.
+        if let Some(ns) = object.manifest.namespace.as_deref()
+            && declared_namespaces.contains(&ns)
+            && !namespaces.exists(ns).await?
+        {
+            sent["metadata"]["namespace"] = Value::from("default");
+        }
+        match apply_one(client, kinds, &object.at(), &sent, Mode::DryRun).await {
+            Ok(_) => {}
+            Err(Error::UnknownKind { .. })
+                if when == Validation::Now && declared_kinds.contains(&group_kind(&sent)) =>
+            {
+                deferred.push(object);
+            }
+            Err(e) => problems.push(e),
+        }
+    }
+    if problems.is_empty() {
+        Ok(deferred)
+    } else {
+        Err(Error::Invalid {
+            problems,
+            applied: when == Validation::Deferred,
+        })
+    }
+}
+
+/// `(group, kind)` of every custom resource the CRDs among `objects` define.
+fn declared_crd_kinds(objects: &[Object<'_>]) -> Vec<(String, String)> {
+    objects
+        .iter()
+        .filter(|o| o.manifest.phase() == Phase::CustomResourceDefinitions)
+        .filter_map(|o| {
+            let spec = &o.object["spec"];
+            Some((
+                spec["group"].as_str()?.to_string(),
+                spec["names"]["kind"].as_str()?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+fn group_kind(object: &Value) -> (String, String) {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    let group = api_version.split_once('/').map_or("", |(g, _)| g);
+    let kind = object["kind"].as_str().unwrap_or_default();
+    (group.to_string(), kind.to_string())
+}
+
+/// Which namespaces exist, asked once each.
+struct Namespaces {
+    api: Api<k8s_openapi::api::core::v1::Namespace>,
+    known: HashMap<String, bool>,
+}
+
+impl Namespaces {
+    fn new(client: &Client) -> Namespaces {
+        Namespaces {
+            api: Api::all(client.clone()),
+            known: HashMap::new(),
+        }
+    }
+
+    async fn exists(&mut self, name: &str) -> Result<bool, Error> {
+        if let Some(known) = self.known.get(name) {
+            return Ok(*known);
+        }
+        let exists = self
+            .api
+            .get_opt(name)
+            .await
+            .map_err(|error| Error::Apply {
+                at: String::from("(namespaces)"),
+                what: format!("Namespace/{name}"),
+                error,
+            })?
+            .is_some();
+        self.known.insert(name.to_string(), exists);
+        Ok(exists)
+    }
+}
+
 /// Applies one object.
 pub async fn apply_value(client: &Client, object: &Value) -> Result<Applied, Error> {
-    apply_one(client, &mut HashMap::new(), "(generated)", object).await
+    apply_one(
+        client,
+        &mut HashMap::new(),
+        "(generated)",
+        object,
+        Mode::Apply,
+    )
+    .await
+}
+
+/// Whether a request changes the cluster or only asks the server to check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Apply,
+    DryRun,
 }
 
 async fn apply_one(
     client: &Client,
-    kinds: &mut HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>,
+    kinds: &mut Kinds,
     at: &str,
     object: &Value,
+    mode: Mode,
 ) -> Result<Applied, Error> {
     let api_version = object["apiVersion"].as_str().unwrap_or_default();
     let kind = object["kind"].as_str().unwrap_or_default();
@@ -243,12 +418,23 @@ async fn apply_one(
         what: display.clone(),
         error: source,
     };
+    let mut params = PatchParams::apply(FIELD_MANAGER).force();
+    params.field_validation = Some(ValidationDirective::Strict);
+    params.dry_run = mode == Mode::DryRun;
+    if mode == Mode::DryRun {
+        api.patch(name, &params, &Patch::Apply(object))
+            .await
+            .map_err(err)?;
+        return Ok(Applied {
+            name: display,
+            changed: false,
+        });
+    }
     let before = api
         .get_opt(name)
         .await
         .map_err(err)?
         .and_then(|o| o.metadata.resource_version);
-    let params = PatchParams::apply(FIELD_MANAGER).force();
     let after = api
         .patch(name, &params, &Patch::Apply(object))
         .await

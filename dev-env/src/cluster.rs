@@ -106,6 +106,13 @@ pub async fn ensure(
                 .unwrap_or_default();
             match plan::drift_from_labels(&labels, "node", &spec.container, spec) {
                 None => return Err(Error::Foreign(spec.container.clone())),
+                // Created but never started: a run was interrupted before
+                // its files were copied in, so it is incomplete.
+                Some(_) if docker::never_started(&existing) => {
+                    docker::remove_container(docker, &spec.container).await?;
+                    create(docker, config, spec, state).await?;
+                    Outcome::Created
+                }
                 Some(Some(drift)) if !recreate => return Ok((Outcome::Drifted(drift), None)),
                 Some(Some(_)) => {
                     docker::remove_container(docker, &spec.container).await?;
@@ -314,7 +321,8 @@ async fn connect(docker: &Docker, config: &Config, spec: &NodeSpec) -> Result<No
         container: container.clone(),
         source,
     };
-    let (api_port, text) = wait::poll("the node's kubeconfig", START_TIMEOUT, || async {
+    let dir = config.state_dir();
+    let (api_port, host, network) = wait::poll("the node's kubeconfig", START_TIMEOUT, || async {
         let Some(inspected) = inspect_container(docker, &container).await? else {
             return Ok(Step::Pending(String::from("container missing")));
         };
@@ -341,36 +349,41 @@ async fn connect(docker: &Docker, config: &Config, spec: &NodeSpec) -> Result<No
             .and_then(|s| s.started_at.as_deref())
             .and_then(|t| t.parse::<Timestamp>().ok())
             .map_or(0, |t| t.as_second());
-        Ok(
-            match read_file(docker, &container, NODE_KUBECONFIG_OUTPUT).await {
-                Some((text, mtime)) if mtime >= started => Step::Done((port, text)),
-                Some(_) => Step::Pending(format!(
+        let text = match read_file(docker, &container, NODE_KUBECONFIG_OUTPUT).await {
+            Some((text, mtime)) if mtime >= started => text,
+            Some(_) => {
+                return Ok(Step::Pending(format!(
                     "{NODE_KUBECONFIG_OUTPUT} is from before this start"
-                )),
-                None => Step::Pending(format!("{NODE_KUBECONFIG_OUTPUT} not written yet")),
-            },
-        )
+                )));
+            }
+            None => {
+                return Ok(Step::Pending(format!(
+                    "{NODE_KUBECONFIG_OUTPUT} not written yet"
+                )));
+            }
+        };
+        // The server may be caught halfway through writing it: a file that
+        // does not parse yet is not ready, not an error.
+        let rewrite = |server: String| kubeconfig::rewrite(&text, &config.name, &server);
+        match (
+            rewrite(format!("https://127.0.0.1:{port}")),
+            rewrite(format!("https://{container}:{NODE_API_PORT}")),
+        ) {
+            (Ok(host), Ok(network)) => Ok(Step::Done((port, host, network))),
+            (Err(e), _) | (_, Err(e)) => Ok(Step::Pending(format!(
+                "{NODE_KUBECONFIG_OUTPUT} is not complete yet ({e})"
+            ))),
+        }
     })
     .await
     .map_err(wait_err)??;
 
-    let dir = config.state_dir();
     let node = Node {
         container: container.clone(),
         api_port,
         host_kubeconfig: dir.join(kubeconfig::HOST_FILE),
         network_kubeconfig: dir.join(kubeconfig::NETWORK_FILE),
     };
-    let host = kubeconfig::rewrite(
-        &text,
-        &config.name,
-        &format!("https://127.0.0.1:{api_port}"),
-    )?;
-    let network = kubeconfig::rewrite(
-        &text,
-        &config.name,
-        &format!("https://{container}:{NODE_API_PORT}"),
-    )?;
     kubeconfig::write(&node.host_kubeconfig, &host)?;
     kubeconfig::write(&node.network_kubeconfig, &network)?;
 

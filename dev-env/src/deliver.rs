@@ -11,7 +11,7 @@ use crate::{
     apply,
     config::{Config, Provider},
     image::{self, PushOptions, Pushed, distribution},
-    kubeconfig, manifest, registry, rollout,
+    kubeconfig, lock, manifest, registry, rollout,
     state::State,
 };
 
@@ -27,6 +27,8 @@ pub enum Error {
     Manifest(#[from] manifest::Error),
     #[error(transparent)]
     Apply(#[from] apply::Error),
+    #[error(transparent)]
+    Lock(#[from] lock::Error),
 }
 
 /// The phases a component goes through, for progress display.
@@ -43,6 +45,20 @@ pub enum Phase {
 /// Where progress goes: a terminal UI, plain lines, or nowhere.
 pub trait Progress: Sync {
     fn phase(&self, component: &str, phase: Phase, detail: &str);
+    /// Another run holds the environment's lock; this one waits for it.
+    fn waiting(&self, _waiting: &lock::Waiting) {}
+}
+
+/// Holds the environment's lock for a `push` or `reload`.
+async fn lock(config: &Config, progress: &dyn Progress) -> Result<lock::Lock, lock::Error> {
+    let waiting = |w: &lock::Waiting| progress.waiting(w);
+    lock::acquire(
+        &config.state_dir(),
+        &config.name,
+        lock::DEFAULT_TIMEOUT,
+        &waiting,
+    )
+    .await
 }
 
 /// What happened to one component.
@@ -111,6 +127,7 @@ pub async fn push(
     progress: &dyn Progress,
 ) -> Result<Vec<Outcome>, Error> {
     let started = Instant::now();
+    let _lock = lock(config, progress).await?;
     let state = State::load(&config.state_dir())?;
     let registry = distribution::Client::new(&registry::host(config, &state)?);
     for name in components {
@@ -194,6 +211,7 @@ pub async fn reload(
 ) -> Result<Vec<Outcome>, Error> {
     let started = Instant::now();
     let manifests = manifest::load(&config.manifests)?;
+    let _lock = lock(config, progress).await?;
     let state = State::load(&config.state_dir())?;
     let client = cluster_client(config).await?;
     apply::apply_all(

@@ -151,9 +151,11 @@ pub async fn remove_container(docker: &Docker, name: &str) -> Result<bool, Error
     }
 }
 
-/// Removes volume `name`; `false` when there was nothing to remove.
+/// Removes volume `name`; `false` when there was nothing to remove. Not
+/// forced: the engine answers a forced removal of a missing volume with
+/// success, and a volume still in use must not go.
 pub async fn remove_volume(docker: &Docker, name: &str) -> Result<bool, Error> {
-    let options = RemoveVolumeOptionsBuilder::default().force(true).build();
+    let options = RemoveVolumeOptionsBuilder::default().force(false).build();
     match docker.remove_volume(name, Some(options)).await {
         Ok(()) => Ok(true),
         Err(e) if is_not_found(&e) => Ok(false),
@@ -170,6 +172,16 @@ pub fn published_port(container: &ContainerInspectResponse, port: u16) -> Option
     bindings
         .iter()
         .find_map(|b| b.host_port.as_deref()?.parse().ok())
+}
+
+/// Whether an inspected container was created but never started: a run
+/// interrupted between creating and starting it, or a start that failed.
+pub fn never_started(container: &ContainerInspectResponse) -> bool {
+    container
+        .state
+        .as_ref()
+        .and_then(|s| s.status)
+        .is_some_and(|s| s == bollard::models::ContainerStateStatusEnum::CREATED)
 }
 
 /// Whether an inspected container is running.

@@ -187,19 +187,19 @@ pub async fn push_components(
 
 /// Writes `pushed` into the state in `state_dir`, keeping everything else.
 pub fn record(state_dir: &Path, pushed: &[&Pushed]) -> Result<(), Error> {
-    let mut state = State::load(state_dir).map_err(|source| Error::State { source })?;
-    for it in pushed {
-        state.images.insert(
-            it.component.clone(),
-            PushedImage {
-                digest: it.digest.clone(),
-                repository: it.image.clone(),
-            },
-        );
-    }
-    state
-        .save(state_dir)
-        .map_err(|source| Error::State { source })
+    State::update(state_dir, |state| {
+        for it in pushed {
+            state.images.insert(
+                it.component.clone(),
+                PushedImage {
+                    digest: it.digest.clone(),
+                    repository: it.image.clone(),
+                },
+            );
+        }
+    })
+    .map(drop)
+    .map_err(|source| Error::State { source })
 }
 
 /// Builds, pushes and verifies one component. Records nothing.

@@ -1,15 +1,25 @@
 //! The shared bridge network that the registry and the node attach to, so
 //! pods reach the registry by its container name.
 
+use std::collections::HashMap;
+
 use bollard::{
     Docker,
-    models::{Ipam, IpamConfig, NetworkCreateRequest, NetworkInspect},
+    models::{
+        ContainerSummary, EndpointSettings, Ipam, IpamConfig, NetworkConnectRequest,
+        NetworkCreateRequest, NetworkDisconnectRequest, NetworkInspect,
+    },
+    query_parameters::ListContainersOptions,
 };
 
 use crate::{
-    docker::{self, is_conflict, is_not_found},
+    config::Config,
+    docker::{self, LABEL_NAME, LABEL_ROLE, is_conflict, is_not_found},
     plan::{self, Drift, NetworkSpec},
 };
+
+/// The label kube-sim's Docker kubelet puts on a pod's containers.
+const LABEL_POD_NAME: &str = "io.kubernetes.pod.name";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -97,6 +107,83 @@ pub async fn remove(docker: &Docker, name: &str) -> Result<bool, Error> {
             }
             Err(docker::Error::api(format!("remove network `{name}`"), e).into())
         }
+    }
+}
+
+/// Attaches every container of the environment (registry, node, pods) to
+/// its network when it is not: a network removed and recreated under a
+/// running environment leaves them detached, or attached to an endpoint of
+/// the network that is gone. Each gets the alias others reach it by.
+/// Returns the names of the containers attached.
+pub async fn attach_environment(docker: &Docker, config: &Config) -> Result<Vec<String>, Error> {
+    let name = &config.network.name;
+    let Some(network) = inspect(docker, name).await? else {
+        return Ok(Vec::new());
+    };
+    let filters = HashMap::from([(
+        String::from("label"),
+        vec![format!("{LABEL_NAME}={}", config.name)],
+    )]);
+    let options = ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    let containers = docker
+        .list_containers(Some(options))
+        .await
+        .map_err(|e| docker::Error::api(format!("list the containers of `{}`", config.name), e))?;
+    let mut attached = Vec::new();
+    for container in containers {
+        let Some(id) = container.id.clone() else {
+            continue;
+        };
+        let endpoint = container
+            .network_settings
+            .as_ref()
+            .and_then(|n| n.networks.as_ref())
+            .and_then(|n| n.get(name));
+        if endpoint.is_some_and(|e| e.network_id.is_some() && e.network_id == network.id) {
+            continue;
+        }
+        let display = container_name(&container).unwrap_or_else(|| id.clone());
+        if endpoint.is_some() {
+            let request = NetworkDisconnectRequest {
+                container: id.clone(),
+                force: Some(true),
+            };
+            let _ = docker.disconnect_network(name, request).await;
+        }
+        let request = NetworkConnectRequest {
+            container: id,
+            endpoint_config: Some(EndpointSettings {
+                aliases: alias_of(config, &container).map(|a| vec![a]),
+                ..EndpointSettings::default()
+            }),
+        };
+        docker.connect_network(name, request).await.map_err(|e| {
+            docker::Error::api(format!("attach `{display}` to network `{name}`"), e)
+        })?;
+        attached.push(display);
+    }
+    Ok(attached)
+}
+
+fn container_name(container: &ContainerSummary) -> Option<String> {
+    container
+        .names
+        .as_ref()?
+        .first()
+        .map(|n| n.trim_start_matches('/').to_string())
+}
+
+/// The name others reach a container of the environment by.
+fn alias_of(config: &Config, container: &ContainerSummary) -> Option<String> {
+    let labels = container.labels.as_ref()?;
+    match labels.get(LABEL_ROLE).map(String::as_str) {
+        Some(crate::registry::ROLE) => Some(config.registry.name.clone()),
+        Some("node") => Some(config.node_name()),
+        _ => labels.get(LABEL_POD_NAME).cloned(),
     }
 }
 

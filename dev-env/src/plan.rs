@@ -133,6 +133,13 @@ impl Plan {
     }
 }
 
+/// Whether the environment needs a Docker network at all: only a managed
+/// registry or a node container joins one. With an existing cluster and an
+/// external registry dev-env creates no Docker object.
+pub fn needs_network(config: &Config) -> bool {
+    config.cluster.provider != Provider::Existing || config.registry.external.is_none()
+}
+
 pub fn network_spec(config: &Config) -> NetworkSpec {
     NetworkSpec {
         name: config.network.name.clone(),

@@ -195,9 +195,20 @@ pub async fn ensure_labelled(
         return Ok(endpoint);
     }
     let state_dir = config.state_dir();
-    let mut state = State::load(&state_dir)?;
+    let state = State::load(&state_dir)?;
     let name = registry.name.as_str();
-    let (port, action) = match engine::inspect_container(docker, name).await? {
+    let existing = match engine::inspect_container(docker, name).await? {
+        // Created but never started (an interrupted run): the data is in
+        // the volume, so the container is simply made again.
+        Some(existing)
+            if engine::never_started(&existing) && owner_of(&existing) == Some(&config.name) =>
+        {
+            engine::remove_container(docker, name).await?;
+            None
+        }
+        other => other,
+    };
+    let (port, action) = match existing {
         Some(existing) => {
             let labels = existing
                 .config
@@ -254,8 +265,7 @@ pub async fn ensure_labelled(
         }
     };
     if registry.host_port == 0 && state.registry_port != Some(port) {
-        state.registry_port = Some(port);
-        state.save(&state_dir)?;
+        State::update(&state_dir, |state| state.registry_port = Some(port))?;
     }
     let endpoint = Endpoint {
         host: format!("localhost:{port}"),
@@ -263,6 +273,10 @@ pub async fn ensure_labelled(
     };
     wait_ready(&endpoint, name).await?;
     Ok(endpoint)
+}
+
+fn owner_of(container: &bollard::models::ContainerInspectResponse) -> Option<&String> {
+    container.config.as_ref()?.labels.as_ref()?.get(LABEL_NAME)
 }
 
 /// Removes the registry container (not its volume); `false` when there

@@ -77,6 +77,20 @@ impl State {
         }
     }
 
+    /// Reads the state in `dir`, lets `change` modify it, and writes it
+    /// back when it changed: the one way state is written, so a value
+    /// another command recorded is never overwritten with an older copy.
+    /// Callers hold the environment's lock (see `lock`).
+    pub fn update(dir: &Path, change: impl FnOnce(&mut State)) -> Result<State, Error> {
+        let before = State::load(dir)?;
+        let mut after = before.clone();
+        change(&mut after);
+        if after != before {
+            after.save(dir)?;
+        }
+        Ok(after)
+    }
+
     /// Writes the state into `dir`, creating it when needed.
     pub fn save(&self, dir: &Path) -> Result<(), Error> {
         let mut bytes = serde_json::to_vec_pretty(self).expect("state serializes");

@@ -183,13 +183,13 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
             .unwrap();
     });
     let digest = image.manifest.digest.clone();
-    let down = rt.block_on(lifecycle::down(&config, false, false)).unwrap();
+    let down = rt.block_on(lifecycle::down(&config, lifecycle::DownOptions { purge: false, network: false }, &|_| {})).unwrap();
     assert!(down.node && down.registry && !down.volume);
     assert!(
         !node.host_kubeconfig.exists(),
         "down removes kubeconfigs that name a gone server"
     );
-    let again = rt.block_on(lifecycle::down(&config, false, false)).unwrap();
+    let again = rt.block_on(lifecycle::down(&config, lifecycle::DownOptions { purge: false, network: false }, &|_| {})).unwrap();
     assert_eq!(
         again,
         lifecycle::DownReport::default(),
@@ -207,7 +207,7 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
     );
 
     // Reset with purge removes everything, including the data.
-    let reset = rt.block_on(lifecycle::down(&config, true, true)).unwrap();
+    let reset = rt.block_on(lifecycle::down(&config, lifecycle::DownOptions { purge: true, network: true }, &|_| {})).unwrap();
     assert!(
         reset.node && reset.registry && reset.volume && reset.network,
         "{reset:?}"
@@ -237,7 +237,7 @@ fn drift_stops_up_down_still_works_and_recreate_converges() {
     // `down` works whatever the drift; then `up --recreate` converges on
     // the new subnet.
     let rt = runtime();
-    rt.block_on(lifecycle::down(&drifted, false, false))
+    rt.block_on(lifecycle::down(&drifted, lifecycle::DownOptions { purge: false, network: false }, &|_| {}))
         .expect("dev down despite drift");
     up(
         &drifted,
@@ -259,7 +259,7 @@ fn drift_stops_up_down_still_works_and_recreate_converges() {
             .unwrap()
     });
     assert!(left.is_empty(), "{left:?}");
-    rt.block_on(lifecycle::down(&drifted, true, true)).unwrap();
+    rt.block_on(lifecycle::down(&drifted, lifecycle::DownOptions { purge: true, network: true }, &|_| {})).unwrap();
 }
 
 #[test]
@@ -311,6 +311,6 @@ fn up_repairs_a_killed_node_and_a_deleted_registry() {
         "manifests are re-applied after a restart"
     );
     runtime()
-        .block_on(lifecycle::down(&config, true, true))
+        .block_on(lifecycle::down(&config, lifecycle::DownOptions { purge: true, network: true }, &|_| {}))
         .unwrap();
 }

@@ -83,7 +83,14 @@ impl flags::Down {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let config = ctx.config()?;
         let report = ctx
-            .block_on(lifecycle::down(&config, self.purge, false))?
+            .block_on(lifecycle::down(
+                &config,
+                lifecycle::DownOptions {
+                    purge: self.purge,
+                    network: false,
+                },
+                &|line| eprintln!("{line}"),
+            ))?
             .context("dev down")?;
         say_down(ctx, &config.name, &report);
         Ok(ExitCode::SUCCESS)
@@ -94,7 +101,14 @@ impl flags::Reset {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let config = ctx.config()?;
         let report = ctx
-            .block_on(lifecycle::down(&config, self.purge, true))?
+            .block_on(lifecycle::down(
+                &config,
+                lifecycle::DownOptions {
+                    purge: self.purge,
+                    network: true,
+                },
+                &|line| eprintln!("{line}"),
+            ))?
             .context("dev reset")?;
         say_down(ctx, &config.name, &report);
         Ok(ExitCode::SUCCESS)

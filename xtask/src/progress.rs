@@ -52,6 +52,17 @@ fn name(phase: Phase) -> &'static str {
 }
 
 impl Progress for Bars {
+    fn waiting(&self, waiting: &dev_env::lock::Waiting) {
+        if !self.quiet {
+            match &self.multi {
+                Some(multi) => {
+                    let _ = multi.println(waiting.to_string());
+                }
+                None => eprintln!("{waiting}"),
+            }
+        }
+    }
+
     fn phase(&self, component: &str, phase: Phase, detail: &str) {
         let Some(multi) = &self.multi else {
             if !self.quiet || phase == Phase::Failed {

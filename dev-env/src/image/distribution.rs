@@ -134,6 +134,22 @@ impl Client {
         }
     }
 
+    /// `HEAD` a manifest by digest: whether repository `repo` still serves
+    /// `digest` (a garbage collection or a lost volume removes it).
+    pub async fn manifest_exists(&self, repo: &str, digest: &str) -> Result<bool, Error> {
+        let url = format!("{}/v2/{repo}/manifests/{digest}", self.base);
+        let accept = format!("{OCI_MANIFEST}, {DOCKER_MANIFEST}");
+        let headers = [(header::ACCEPT, accept.as_str())];
+        let res = self
+            .send(Method::HEAD, &url, &headers, Bytes::new(), SMALL_REQUEST)
+            .await?;
+        match res.status {
+            StatusCode::OK => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            _ => expect(Method::HEAD, &url, res, &[]).map(|_| false),
+        }
+    }
+
     /// Uploads `bytes` as blob `digest` of `repo` in one request.
     pub async fn upload_blob(&self, repo: &str, digest: &str, bytes: Bytes) -> Result<(), Error> {
         let url = format!("{}/v2/{repo}/blobs/uploads/", self.base);

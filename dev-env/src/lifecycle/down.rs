@@ -1,0 +1,63 @@
+//! `dev down` and `dev reset`: remove what the environment runs, never
+//! what is not its own.
+
+use super::Error;
+use crate::{
+    cluster,
+    config::{Config, Provider},
+    docker, lock, network, ownership, plan, registry,
+    state::State,
+};
+
+/// What `down` removes beyond the node and the registry container.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DownOptions {
+    /// The registry's volume too, with every pushed image (`--purge`).
+    pub purge: bool,
+    /// The network too (`dev reset`).
+    pub network: bool,
+}
+
+/// What `down` removed: only what existed and is gone now.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DownReport {
+    pub node: bool,
+    pub registry: bool,
+    pub volume: bool,
+    pub network: bool,
+}
+
+/// Removes the node and the registry container, and what `options` adds.
+/// Whatever is already gone is skipped and drift does not matter; an
+/// object with the environment's names that is not the environment's is
+/// refused before anything is removed.
+pub async fn down(
+    config: &Config,
+    options: DownOptions,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<DownReport, Error> {
+    let docker = docker::connect().await?;
+    let _lock = lock::acquire(
+        &config.state_dir(),
+        &config.name,
+        lock::DEFAULT_TIMEOUT,
+        &|waiting| progress(&waiting.to_string()),
+    )
+    .await?;
+    ownership::check(&docker, config).await?;
+    let mut report = DownReport::default();
+    if config.cluster.provider != Provider::Existing {
+        report.node = cluster::remove(&docker, config).await?;
+    }
+    report.registry = registry::remove(&docker, config).await?;
+    if options.purge && config.registry.external.is_none() {
+        report.volume = docker::remove_volume(&docker, &config.registry.volume).await?;
+        // Digests recorded for images that no longer exist would pin
+        // manifests to nothing.
+        State::update(&config.state_dir(), |state| state.images.clear())?;
+    }
+    if options.network && plan::needs_network(config) {
+        report.network = network::remove(&docker, &config.network.name).await?;
+    }
+    Ok(report)
+}

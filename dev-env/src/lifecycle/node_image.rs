@@ -1,0 +1,173 @@
+//! The node image: present, built locally from the workspace's `kube-sim`
+//! package (`provider: sim`, labelled with the hash of its sources so an
+//! unchanged simulator is never rebuilt), or pulled (k3s).
+
+use std::path::Path;
+
+use bollard::{Docker, query_parameters::CreateImageOptionsBuilder};
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+
+use super::{Error, NodeImage};
+use crate::{
+    config::{Config, Provider},
+    docker,
+    image::{self, cargo as cargo_build},
+};
+
+/// Makes sure the engine has the node image: present, built locally (the
+/// kube-sim image of `provider: sim`), or pulled (k3s).
+pub(super) async fn ensure_node_image(
+    docker: &Docker,
+    config: &Config,
+    verbose: bool,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<NodeImage, Error> {
+    let image = &config.cluster.image;
+    let present = docker::inspect_image(docker, image).await?;
+    let err = |reason: String| Error::NodeImage {
+        image: image.clone(),
+        reason,
+    };
+    if config.cluster.provider == Provider::Sim {
+        // The image is rebuilt whenever the simulator's sources change, so a
+        // node never runs a stale simulator.
+        let workspace = sim_workspace(&config.root).ok_or_else(|| {
+            err(format!(
+                "no `kube-sim/` package in {} or above it; the sim provider builds the node image from it",
+                config.root.display()
+            ))
+        })?;
+        let source = sim_source_hash(&workspace).map_err(|e| err(e.to_string()))?;
+        let built_from = present
+            .as_ref()
+            .and_then(|i| i.config.as_ref())
+            .and_then(|c| c.labels.as_ref())
+            .and_then(|l| l.get(SIM_SOURCE_LABEL).cloned());
+        if built_from.as_deref() == Some(source.as_str()) {
+            return Ok(NodeImage::Present);
+        }
+        progress(&format!(
+            "building node image {image} from the `kube-sim` package (no pulls)"
+        ));
+        build_sim_image(docker, &workspace, image, &source, verbose)
+            .await
+            .map_err(err)?;
+        return Ok(NodeImage::Built);
+    }
+    if present.is_some() {
+        return Ok(NodeImage::Present);
+    }
+    progress(&format!("pulling node image {image}"));
+    let options = CreateImageOptionsBuilder::default()
+        .from_image(image)
+        .build();
+    let mut pull = docker.create_image(Some(options), None, None);
+    while let Some(step) = pull.next().await {
+        if let Err(e) = step {
+            return Err(err(format!(
+                "the engine could not pull it ({e}); pull it where a registry is reachable and `docker load` it here, or use `provider: sim` for an offline cluster"
+            )));
+        }
+    }
+    Ok(NodeImage::Pulled)
+}
+
+/// The nearest directory at or above `root` that holds the `kube-sim`
+/// package.
+pub fn sim_workspace(root: &Path) -> Option<std::path::PathBuf> {
+    root.ancestors()
+        .find(|dir| dir.join("kube-sim/Cargo.toml").is_file())
+        .map(Path::to_path_buf)
+}
+
+/// The image label holding the hash of the sources a sim image was built from.
+pub const SIM_SOURCE_LABEL: &str = "dev-env.sim-source";
+
+/// sha256 over `kube-sim/` (sources and manifest, in path order, tests
+/// excluded) and the workspace's `Cargo.lock`.
+pub fn sim_source_hash(root: &Path) -> std::io::Result<String> {
+    fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                if path
+                    .file_name()
+                    .is_some_and(|n| n != "target" && n != "tests")
+                {
+                    walk(&path, files)?;
+                }
+            } else {
+                files.push(path);
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    walk(&root.join("kube-sim"), &mut files)?;
+    files.sort();
+    files.push(root.join("Cargo.lock"));
+    let mut hasher = Sha256::new();
+    for file in files {
+        hasher.update(
+            file.strip_prefix(root)
+                .unwrap_or(&file)
+                .to_string_lossy()
+                .as_bytes(),
+        );
+        hasher.update([0]);
+        hasher.update(std::fs::read(&file)?);
+    }
+    Ok(hex::encode(hasher.finalize()))
+}
+
+/// Builds the kube-sim node image: a static `kube-sim` binary in an empty
+/// image whose entrypoint takes k3s's `server` arguments, labelled with the
+/// hash of its sources.
+pub async fn build_sim_image(
+    docker: &Docker,
+    root: &Path,
+    image: &str,
+    source: &str,
+    verbose: bool,
+) -> Result<(), String> {
+    let root = root.to_path_buf();
+    let binary = tokio::task::spawn_blocking(move || {
+        cargo_build::build_binary(&cargo_build::Build {
+            root: &root,
+            package: "kube-sim",
+            bin: "kube-sim",
+            verbose,
+        })
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("{e}; the sim provider builds the workspace's `kube-sim` package"))?;
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    std::fs::copy(&binary, dir.path().join("kube-sim")).map_err(|e| e.to_string())?;
+    let dockerfile = dir.path().join("Dockerfile");
+    let text = format!(
+        "FROM scratch\nCOPY kube-sim /bin/kube-sim\nLABEL {SIM_SOURCE_LABEL}={source}\nENTRYPOINT [\"/bin/kube-sim\"]\n"
+    );
+    std::fs::write(&dockerfile, text).map_err(|e| e.to_string())?;
+    let (repository, tag) = match image.rsplit_once(':') {
+        Some((r, t)) if !t.contains('/') => (r, t),
+        _ => (image, "latest"),
+    };
+    let build_args = Default::default();
+    let build = image::docker::Build {
+        context: dir.path(),
+        dockerfile: &dockerfile,
+        target: None,
+        build_args: &build_args,
+        repository,
+        tag,
+        staged: &[],
+        verbose,
+    };
+    image::docker::build(docker, &build)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+

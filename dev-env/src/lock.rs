@@ -1,0 +1,188 @@
+//! One writer per environment: every command that changes an environment
+//! or its state holds `.dev-env/<name>/lock` while it runs.
+//!
+//! The lock is an advisory `flock` on that file, so the kernel releases it
+//! when the holder exits, however it exits (a crash or `kill -9` included);
+//! no stale lock file ever needs cleaning up. The holder writes its pid into
+//! the file so that a waiting run can say whom it waits for. A second run
+//! waits, says so once through its `waiting` callback, and gives up with
+//! [`Error::Timeout`] when the deadline passes.
+
+use std::{
+    fs::{File, OpenOptions, TryLockError},
+    io::{Read, Seek, Write},
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use tokio::time::Instant;
+
+/// The lock file inside an environment's state directory.
+pub const LOCK_FILE: &str = "lock";
+/// How long a run waits for another one by default: longer than the
+/// slowest first `dev up`.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// How often a waiting run tries again.
+const RETRY: Duration = Duration::from_millis(100);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot open the lock file {}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "another dev-env run on `{env}` ({}) still holds {} after {}s; wait for it to finish, or stop it",
+        holder_text(*holder),
+        path.display(),
+        timeout.as_secs()
+    )]
+    Timeout {
+        env: String,
+        path: PathBuf,
+        holder: Option<u32>,
+        timeout: Duration,
+    },
+}
+
+fn holder_text(pid: Option<u32>) -> String {
+    pid.map_or_else(|| String::from("pid unknown"), |pid| format!("pid {pid}"))
+}
+
+/// Another run holds the lock; reported once while waiting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiting {
+    pub env: String,
+    /// The holder's pid, when it wrote it already.
+    pub holder: Option<u32>,
+}
+
+impl std::fmt::Display for Waiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "waiting for another dev-env run on {} ({})",
+            self.env,
+            holder_text(self.holder)
+        )
+    }
+}
+
+/// The held lock; released on drop (or when the process ends).
+#[derive(Debug)]
+pub struct Lock {
+    _file: File,
+}
+
+/// Takes the lock of environment `env` whose state lives in `state_dir`,
+/// waiting up to `timeout` for another holder; `waiting` is called once if
+/// it has to wait.
+pub async fn acquire(
+    state_dir: &Path,
+    env: &str,
+    timeout: Duration,
+    waiting: &(dyn Fn(&Waiting) + Sync),
+) -> Result<Lock, Error> {
+    let path = state_dir.join(LOCK_FILE);
+    let open_err = |source| Error::Open {
+        path: path.clone(),
+        source,
+    };
+    std::fs::create_dir_all(state_dir).map_err(open_err)?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(open_err)?;
+    let deadline = Instant::now() + timeout;
+    let mut told = false;
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(TryLockError::WouldBlock) => {}
+            Err(TryLockError::Error(source)) => return Err(open_err(source)),
+        }
+        let holder = read_pid(&mut file);
+        if !told {
+            waiting(&Waiting {
+                env: env.to_string(),
+                holder,
+            });
+            told = true;
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Timeout {
+                env: env.to_string(),
+                path,
+                holder,
+                timeout,
+            });
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+    // Whom a waiting run waits for; the lock, not this text, is what counts.
+    let pid = std::process::id().to_string();
+    let _ = file
+        .set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| file.write_all(pid.as_bytes()))
+        .and_then(|()| file.flush());
+    Ok(Lock { _file: file })
+}
+
+fn read_pid(file: &mut File) -> Option<u32> {
+    let mut text = String::new();
+    file.rewind().ok()?;
+    file.read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_second_holder_waits_says_whom_for_and_gets_the_lock_once_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = acquire(dir.path(), "env", Duration::from_secs(1), &|_| {
+            panic!("nothing holds it yet")
+        })
+        .await
+        .unwrap();
+        let told = Mutex::new(Vec::new());
+        let record = |w: &Waiting| told.lock().unwrap().push(w.clone());
+        let err = acquire(dir.path(), "env", Duration::from_millis(300), &record)
+            .await
+            .unwrap_err();
+        let own = Some(std::process::id());
+        assert!(
+            matches!(&err, Error::Timeout { holder, .. } if *holder == own),
+            "{err}"
+        );
+        assert!(err.to_string().contains(&format!("pid {}", std::process::id())));
+        assert_eq!(
+            told.lock().unwrap().as_slice(),
+            [Waiting {
+                env: "env".into(),
+                holder: own
+            }]
+        );
+
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            drop(first);
+        });
+        let started = std::time::Instant::now();
+        acquire(dir.path(), "env", Duration::from_secs(5), &|_| {})
+            .await
+            .expect("the lock once the first holder lets go");
+        assert!(started.elapsed() >= Duration::from_millis(250));
+        release.await.unwrap();
+    }
+}
