@@ -71,7 +71,7 @@ pub enum Error {
         host: String,
         component: String,
         #[source]
-        source: image::distribution::Error,
+        source: Box<image::distribution::Error>,
     },
 }
 
@@ -364,7 +364,7 @@ async fn ensure_images(
             .map_err(|source| Error::RegistryCheck {
                 host: registry.host.clone(),
                 component: name.clone(),
-                source,
+                source: Box::new(source),
             })?;
         if !present {
             progress(&format!(
@@ -438,4 +438,3 @@ fn describe_registry(action: &registry::Action) -> String {
         registry::Action::Created { image } => format!("created from {image}"),
     }
 }
-

@@ -165,7 +165,10 @@ mod tests {
             matches!(&err, Error::Timeout { holder, .. } if *holder == own),
             "{err}"
         );
-        assert!(err.to_string().contains(&format!("pid {}", std::process::id())));
+        assert!(
+            err.to_string()
+                .contains(&format!("pid {}", std::process::id()))
+        );
         assert_eq!(
             told.lock().unwrap().as_slice(),
             [Waiting {

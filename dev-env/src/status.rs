@@ -27,7 +27,8 @@ const PROBE: Duration = Duration::from_secs(5);
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub name: String,
-    pub network: NetworkStatus,
+    /// `None` when the environment needs no network.
+    pub network: Option<NetworkStatus>,
     pub registry: RegistryStatus,
     pub node: NodeStatus,
     pub components: Vec<ComponentStatus>,
@@ -73,6 +74,9 @@ pub struct ComponentStatus {
     pub kind: String,
     pub object: String,
     pub pushed_digest: Option<String>,
+    /// Whether the registry still serves the pushed digest; `None` when
+    /// nothing was pushed or the registry cannot be asked.
+    pub in_registry: Option<bool>,
     /// Digests the Ready pods of its Deployment run.
     pub running_digests: Vec<String>,
     pub converged: bool,
@@ -96,11 +100,15 @@ pub async fn status(config: &Config) -> Result<Status, Error> {
     let docker = docker::connect().await?;
     let state = State::load(&config.state_dir())?;
 
-    let network = NetworkStatus {
-        name: config.network.name.clone(),
-        exists: network::inspect(&docker, &config.network.name)
-            .await?
-            .is_some(),
+    let network = if crate::plan::needs_network(config) {
+        Some(NetworkStatus {
+            name: config.network.name.clone(),
+            exists: network::inspect(&docker, &config.network.name)
+                .await?
+                .is_some(),
+        })
+    } else {
+        None
     };
 
     let registry = match &config.registry.external {
@@ -184,10 +192,20 @@ pub async fn status(config: &Config) -> Result<Status, Error> {
             kind: r.kind.to_string(),
             object: format!("{}/{}", r.namespace, r.name),
             pushed_digest: pushed.clone(),
+            in_registry: None,
             running_digests: Vec::new(),
             converged: false,
             message: String::new(),
         };
+        if let (Some(image), Some(host)) = (state.images.get(name), &registry.host)
+            && registry.reachable
+        {
+            let client = crate::image::distribution::Client::new(host);
+            status.in_registry = client
+                .manifest_exists(&image.repository, &image.digest)
+                .await
+                .ok();
+        }
         match &client {
             Some(client) if node.api_ready => {
                 let want = Want {
@@ -202,6 +220,13 @@ pub async fn status(config: &Config) -> Result<Status, Error> {
             }
             _ => status.message = String::from("the cluster is not reachable"),
         }
+        if status.in_registry == Some(false) {
+            status.converged = false;
+            status.message = format!(
+                "the registry no longer has {}; run `cargo xtask dev up` (it pushes it again) or `cargo xtask push-image {name}`",
+                status.pushed_digest.as_deref().unwrap_or_default()
+            );
+        }
         components.push(status);
     }
 
@@ -210,7 +235,7 @@ pub async fn status(config: &Config) -> Result<Status, Error> {
         .iter()
         .map(ToString::to_string)
         .collect();
-    let ok = network.exists
+    let ok = network.as_ref().is_none_or(|n| n.exists)
         && registry.reachable
         && node.api_ready
         && drift.is_empty()

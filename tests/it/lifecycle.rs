@@ -101,7 +101,7 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
     let config = env.config();
 
     let first = up(&config, OPTIONS).expect("dev up from nothing");
-    assert_eq!(first.network, network::Outcome::Created);
+    assert_eq!(first.network, Some(network::Outcome::Created));
     let (_, node) = first.node.expect("a node");
 
     // Both kubeconfigs exist, mode 0600; the host one works with kubectl,
@@ -153,7 +153,7 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
     // A second `up` changes nothing: same containers, same resourceVersions.
     let versions = resource_versions(kc);
     let second = up(&config, OPTIONS).expect("second dev up");
-    assert_eq!(second.network, network::Outcome::Unchanged);
+    assert_eq!(second.network, Some(network::Outcome::Unchanged));
     assert!(
         second.applied.iter().all(|a| !a.changed),
         "{:?}",
@@ -183,13 +183,31 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
             .unwrap();
     });
     let digest = image.manifest.digest.clone();
-    let down = rt.block_on(lifecycle::down(&config, lifecycle::DownOptions { purge: false, network: false }, &|_| {})).unwrap();
+    let down = rt
+        .block_on(lifecycle::down(
+            &config,
+            lifecycle::DownOptions {
+                purge: false,
+                network: false,
+            },
+            &|_| {},
+        ))
+        .unwrap();
     assert!(down.node && down.registry && !down.volume);
     assert!(
         !node.host_kubeconfig.exists(),
         "down removes kubeconfigs that name a gone server"
     );
-    let again = rt.block_on(lifecycle::down(&config, lifecycle::DownOptions { purge: false, network: false }, &|_| {})).unwrap();
+    let again = rt
+        .block_on(lifecycle::down(
+            &config,
+            lifecycle::DownOptions {
+                purge: false,
+                network: false,
+            },
+            &|_| {},
+        ))
+        .unwrap();
     assert_eq!(
         again,
         lifecycle::DownReport::default(),
@@ -207,7 +225,16 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
     );
 
     // Reset with purge removes everything, including the data.
-    let reset = rt.block_on(lifecycle::down(&config, lifecycle::DownOptions { purge: true, network: true }, &|_| {})).unwrap();
+    let reset = rt
+        .block_on(lifecycle::down(
+            &config,
+            lifecycle::DownOptions {
+                purge: true,
+                network: true,
+            },
+            &|_| {},
+        ))
+        .unwrap();
     assert!(
         reset.node && reset.registry && reset.volume && reset.network,
         "{reset:?}"
@@ -237,8 +264,15 @@ fn drift_stops_up_down_still_works_and_recreate_converges() {
     // `down` works whatever the drift; then `up --recreate` converges on
     // the new subnet.
     let rt = runtime();
-    rt.block_on(lifecycle::down(&drifted, lifecycle::DownOptions { purge: false, network: false }, &|_| {}))
-        .expect("dev down despite drift");
+    rt.block_on(lifecycle::down(
+        &drifted,
+        lifecycle::DownOptions {
+            purge: false,
+            network: false,
+        },
+        &|_| {},
+    ))
+    .expect("dev down despite drift");
     up(
         &drifted,
         UpOptions {
@@ -259,7 +293,15 @@ fn drift_stops_up_down_still_works_and_recreate_converges() {
             .unwrap()
     });
     assert!(left.is_empty(), "{left:?}");
-    rt.block_on(lifecycle::down(&drifted, lifecycle::DownOptions { purge: true, network: true }, &|_| {})).unwrap();
+    rt.block_on(lifecycle::down(
+        &drifted,
+        lifecycle::DownOptions {
+            purge: true,
+            network: true,
+        },
+        &|_| {},
+    ))
+    .unwrap();
 }
 
 #[test]
@@ -311,6 +353,13 @@ fn up_repairs_a_killed_node_and_a_deleted_registry() {
         "manifests are re-applied after a restart"
     );
     runtime()
-        .block_on(lifecycle::down(&config, lifecycle::DownOptions { purge: true, network: true }, &|_| {}))
+        .block_on(lifecycle::down(
+            &config,
+            lifecycle::DownOptions {
+                purge: true,
+                network: true,
+            },
+            &|_| {},
+        ))
         .unwrap();
 }

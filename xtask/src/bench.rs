@@ -39,10 +39,10 @@ impl flags::Bench {
         );
         if self.json {
             for figure in &figures {
-                println!("{}", serde_json::to_string(figure)?);
+                outln!("{}", serde_json::to_string(figure)?);
             }
         } else {
-            print!("{}", bench::markdown(&figures));
+            out!("{}", bench::markdown(&figures));
         }
         Ok(ExitCode::SUCCESS)
     }

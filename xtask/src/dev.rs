@@ -35,7 +35,7 @@ impl flags::Up {
         if self.dry_run {
             let state = State::load(&config.state_dir())?;
             let manifests = manifest::load(&config.manifests)?;
-            print!("{}", Plan::new(&config, &state, manifests));
+            out!("{}", Plan::new(&config, &state, manifests));
             // Read-only look at what exists, to say what would change.
             let drifts = ctx.block_on(async {
                 let docker = docker::connect().await?;
@@ -43,22 +43,22 @@ impl flags::Up {
             })?;
             match drifts {
                 Ok(drifts) if drifts.is_empty() => {
-                    println!("nothing has drifted from dev-env.yaml")
+                    outln!("nothing has drifted from dev-env.yaml")
                 }
                 Ok(drifts) => {
                     for d in &drifts {
-                        println!("{d}");
+                        outln!("{d}");
                     }
                     let verb = if self.recreate {
                         "would be recreated"
                     } else {
                         "block `dev up`; add --recreate"
                     };
-                    println!("{} drifted object(s) {verb}", drifts.len());
+                    outln!("{} drifted object(s) {verb}", drifts.len());
                 }
-                Err(e) => println!("cannot compare with what exists: {e:#}"),
+                Err(e) => outln!("cannot compare with what exists: {e:#}"),
             }
-            println!("dry run: nothing was changed");
+            outln!("dry run: nothing was changed");
             return Ok(ExitCode::SUCCESS);
         }
         let options = UpOptions {
@@ -141,16 +141,14 @@ impl flags::Status {
             .block_on(dev_env::status::status(&config))?
             .context("dev status")?;
         if self.json {
-            println!("{}", serde_json::to_string_pretty(&status)?);
+            outln!("{}", serde_json::to_string_pretty(&status)?);
         } else {
             let mark = |ok: bool| if ok { "ok  " } else { "DOWN" };
-            println!(
-                "{} network  {}",
-                mark(status.network.exists),
-                status.network.name
-            );
+            if let Some(network) = &status.network {
+                outln!("{} network  {}", mark(network.exists), network.name);
+            }
             let r = &status.registry;
-            println!(
+            outln!(
                 "{} registry {} {}",
                 mark(r.reachable),
                 r.name,
@@ -162,14 +160,14 @@ impl flags::Status {
             let api = n
                 .api_port
                 .map_or(String::new(), |p| format!(" API on 127.0.0.1:{p}"));
-            println!("{} node     {}{api}", mark(n.api_ready), n.name);
+            outln!("{} node     {}{api}", mark(n.api_ready), n.name);
             for c in &status.components {
                 let runs = if c.running_digests.is_empty() {
                     String::from("no Ready pods")
                 } else {
                     c.running_digests.join(", ")
                 };
-                println!(
+                outln!(
                     "{} {}  {} {}  runs {runs}",
                     mark(c.converged),
                     c.name,
@@ -177,11 +175,11 @@ impl flags::Status {
                     c.object
                 );
                 if !c.converged {
-                    println!("       {}", c.message);
+                    outln!("       {}", c.message);
                 }
             }
             for d in &status.drift {
-                println!("DRIFT {d}");
+                outln!("DRIFT {d}");
             }
         }
         Ok(if status.ok {
@@ -196,7 +194,7 @@ impl flags::Logs {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let config = ctx.config()?;
         config.component(&self.component)?;
-        let print = |line: &str| println!("{line}");
+        let print = |line: &str| outln!("{line}");
         let pods = ctx
             .block_on(dev_env::status::logs(
                 &config,

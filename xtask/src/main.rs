@@ -2,6 +2,8 @@
 //! parses the command line and dispatches; the `dev-env` library does the
 //! work.
 
+#[macro_use]
+mod output;
 mod bench;
 mod dev;
 mod flags;
@@ -95,7 +97,7 @@ impl Ctx {
     /// Prints a progress line unless `--quiet`.
     pub(crate) fn say(&self, line: impl std::fmt::Display) {
         if !self.quiet {
-            println!("{line}");
+            outln!("{line}");
         }
     }
 

@@ -10,7 +10,7 @@ use crate::Ctx;
 /// component failed.
 pub(crate) fn report(ctx: &Ctx, outcomes: &[Outcome], json: bool) -> anyhow::Result<ExitCode> {
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({ "components": outcomes }))?
         );

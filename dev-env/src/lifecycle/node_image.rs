@@ -170,4 +170,3 @@ pub async fn build_sim_image(
         .map_err(|e| e.to_string())?;
     Ok(())
 }
-
