@@ -429,7 +429,16 @@ impl Controller {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
             runtime().block_on(async move {
-                let client = dev_env::kubeconfig::client(&path, None).await.unwrap();
+                // Started before `dev up`, which waits for the pool: it
+                // begins once the node has written its kubeconfig.
+                let client = loop {
+                    if path.exists()
+                        && let Ok(client) = dev_env::kubeconfig::client(&path, None).await
+                    {
+                        break client;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                };
                 controller_manager::run(client, async move {
                     let _ = stopped.await;
                 })
@@ -463,11 +472,18 @@ fn a_worker_pool_rolls_through_its_controller_and_the_wait_holds_it_to_the_gener
         verbose: false,
         timeout: TIMEOUT,
     };
+    let _controller = Controller::start(&config);
     runtime()
         .block_on(lifecycle::up(&config, options, &|line| eprintln!("{line}")))
         .expect("dev up");
-    let _controller = Controller::start(&config);
+    // `dev up` returns only once the pool's Deployment runs the digest, so
+    // `dev status` agrees at once.
+    let status = runtime()
+        .block_on(dev_env::status::status(&config))
+        .unwrap();
+    assert!(status.ok, "{status:#?}");
     let first = digest(&config);
+    app.assert_runs(&first);
 
     // Nothing new: the pool already asks for the digest; the push waits for
     // the controller's verdict and the pods.

@@ -6,3 +6,4 @@ mod image;
 mod lifecycle;
 mod registry;
 mod tidy;
+mod trust;

@@ -1,0 +1,166 @@
+//! The real binary against the real engine: what a user sees when a run is
+//! interrupted, when its output is cut short, and when the environment
+//! needs no Docker object at all.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    time::Duration,
+};
+
+use dev_env_tests::{DistributionRegistry, SimProject};
+use xshell::{Shell, cmd};
+
+fn xtask(config: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    command
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .env_remove("DEV_ENV_CONFIG");
+    command
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn repo_config() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("dev-env.yaml")
+}
+
+#[test]
+fn output_to_a_closed_pipe_ends_quietly() {
+    dev_env_tests::require_docker();
+    // The reader is gone before the first line is written: every write
+    // fails with a broken pipe.
+    let mut child = xtask(&repo_config(), &["dev", "up", "--dry-run"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+/// A sim environment with a namespace and a ConfigMap as its manifests.
+fn sim_environment(prefix: &str) -> SimProject {
+    let env = SimProject::new(prefix);
+    env.write(
+        "manifests/app.yaml",
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: app}\n---\n\
+         apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: app}\ndata: {mode: dev}\n",
+    );
+    env.write(
+        "dev-env.yaml",
+        &format!(
+            "name: {}\nnetwork: {{ipv4Subnet: {}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n",
+            env.name, env.subnet
+        ),
+    );
+    env
+}
+
+#[test]
+fn interrupted_runs_leave_an_environment_the_next_up_converges_from() {
+    let env = sim_environment("sigint");
+    let config = env.dir.join("dev-env.yaml");
+    let run = |args: &[&str]| xtask(&config, args).output().unwrap();
+    // Warm: the node and registry images exist, so interrupts land in the
+    // steps that create and start things.
+    let out = run(&["dev", "up"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = run(&["dev", "reset", "--purge"]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let sh = Shell::new().unwrap();
+    for delay_ms in [150, 400, 800, 1500, 2500, 4000] {
+        let child = xtask(&config, &["dev", "up"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        let pid = child.id().to_string();
+        let _ = cmd!(sh, "kill -INT {pid}").quiet().ignore_stderr().run();
+        let _ = child.wait_with_output();
+
+        let out = run(&["dev", "up"]);
+        assert!(
+            out.status.success(),
+            "dev up after an interrupt at {delay_ms} ms: {}",
+            text(&out)
+        );
+        let out = run(&["dev", "status"]);
+        assert!(
+            out.status.success(),
+            "status after an interrupt at {delay_ms} ms: {}",
+            text(&out)
+        );
+        let out = run(&["dev", "reset", "--purge"]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+}
+
+#[test]
+fn an_existing_cluster_and_an_external_registry_need_no_docker_object() {
+    dev_env_tests::require_docker();
+    let registry = DistributionRegistry::start();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sim = rt
+        .block_on(kube_sim::Sim::start(kube_sim::Config::ephemeral()))
+        .expect("kube-sim serves");
+    let dir = tempfile::tempdir().unwrap();
+    let name = dev_env_tests::unique_name("none");
+    let config = dir.path().join("dev-env.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "name: {name}\nregistry: {{external: '{}'}}\ncluster: {{provider: existing, context: default}}\nmanifests: [manifests]\n",
+            registry.host()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir(dir.path().join("manifests")).unwrap();
+    std::fs::write(
+        dir.path().join("manifests/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: default}\ndata: {a: b}\n",
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        xtask(&config, args)
+            .env("KUBECONFIG", sim.kubeconfig_path())
+            .output()
+            .unwrap()
+    };
+    let out = run(&["dev", "up"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains("network"), "{}", text(&out));
+    let sh = Shell::new().unwrap();
+    let label = format!("label=dev-env.name={name}");
+    for kind in ["container", "volume", "network"] {
+        let listed = cmd!(sh, "docker {kind} ls -q --filter {label}")
+            .read()
+            .unwrap();
+        assert!(listed.trim().is_empty(), "{kind}s of {name}: {listed}");
+    }
+    let out = run(&["dev", "status"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains("network"), "{}", text(&out));
+    let out = run(&["dev", "reset", "--purge"]);
+    assert!(out.status.success(), "{}", text(&out));
+    rt.block_on(sim.shutdown());
+}
