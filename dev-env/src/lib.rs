@@ -15,6 +15,7 @@ pub mod lifecycle;
 pub mod manifest;
 pub mod network;
 pub mod plan;
+pub mod preflight;
 pub mod registry;
 pub mod rollout;
 pub mod state;

@@ -44,6 +44,8 @@ pub enum Error {
     Apply(#[from] apply::Error),
     #[error(transparent)]
     State(#[from] crate::state::Error),
+    #[error(transparent)]
+    Preflight(#[from] crate::preflight::Error),
     #[error("{}\nnothing was changed; run `cargo xtask dev up --recreate` to replace {} (the registry's data volume is kept)", list(drifts), if drifts.len() == 1 { "it" } else { "them" })]
     Drift { drifts: Vec<Drift> },
     #[error("{}", errors.join("\n"))]
@@ -139,6 +141,7 @@ pub async fn up(
     // is changed.
     let manifests = manifest::load(&config.manifests)?;
     let docker = docker::connect().await?;
+    crate::preflight::check(&docker, config).await?;
 
     let drifts = drift(&docker, config).await?;
     if !drifts.is_empty() && !options.recreate {
