@@ -228,7 +228,6 @@ impl Project {
         let text = format!(
             r#"name: {name}
 registry: {{external: '{registry_host}'}}
-cluster: {{provider: sim}}
 manifests: [manifests]
 components:
   hello:

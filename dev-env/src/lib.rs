@@ -17,6 +17,7 @@ pub mod manifest;
 pub mod network;
 pub mod ownership;
 pub mod plan;
+pub mod preflight;
 pub mod registry;
 pub mod rollout;
 pub mod state;

@@ -52,6 +52,8 @@ pub enum Error {
     Apply(#[from] apply::Error),
     #[error(transparent)]
     State(#[from] crate::state::Error),
+    #[error(transparent)]
+    Preflight(Box<crate::preflight::Error>),
     #[error("{}\nnothing was changed; run `cargo xtask dev up --recreate` to replace {} (the registry's data volume is kept)", list(drifts), if drifts.len() == 1 { "it" } else { "them" })]
     Drift { drifts: Vec<Drift> },
     #[error("{}", errors.join("\n"))]
@@ -73,6 +75,12 @@ pub enum Error {
         #[source]
         source: Box<image::distribution::Error>,
     },
+}
+
+impl From<crate::preflight::Error> for Error {
+    fn from(e: crate::preflight::Error) -> Error {
+        Error::Preflight(Box::new(e))
+    }
 }
 
 fn list(drifts: &[Drift]) -> String {
@@ -167,6 +175,7 @@ pub async fn up(
     // is changed.
     let manifests = manifest::load(&config.manifests)?;
     let docker = docker::connect().await?;
+    crate::preflight::check(&docker, config).await?;
     let _lock = lock::acquire(
         &config.state_dir(),
         &config.name,

@@ -543,7 +543,8 @@ mod tests {
     use super::*;
 
     fn config(text: &str) -> Config {
-        let dir = tempfile::tempdir().unwrap();
+        // `provider: sim` needs the `kube-sim` package.
+        let dir = crate::config::tests::workspace(&[("kube-sim", &["kube-sim"])]);
         Config::parse(&dir.path().join("dev-env.yaml"), text).unwrap()
     }
 

@@ -62,7 +62,7 @@ async fn registry_container_is_created_on_loopback_reused_and_keeps_its_data() {
     let config = config(
         dir.path(),
         &format!(
-            "name: {name}\nnetwork: {{name: {network}}}\nregistry: {{image: '{image_tag}'}}\ncluster: {{provider: sim}}\n"
+            "name: {name}\nnetwork: {{name: {network}}}\nregistry: {{image: '{image_tag}'}}\n"
         ),
     );
     let _cleanup = DockerCleanup {
@@ -179,7 +179,7 @@ async fn registry_container_is_created_on_loopback_reused_and_keeps_its_data() {
     let moved = self::config(
         dir.path(),
         &format!(
-            "name: {name}\nnetwork: {{name: {network}}}\nregistry: {{image: '{image_tag}', hostPort: {other_port}}}\ncluster: {{provider: sim}}\n"
+            "name: {name}\nnetwork: {{name: {network}}}\nregistry: {{image: '{image_tag}', hostPort: {other_port}}}\n"
         ),
     );
     let err = registry::ensure(&docker, &moved)
@@ -201,7 +201,7 @@ async fn a_container_of_another_owner_is_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let config = config(
         dir.path(),
-        &format!("name: {name}\nregistry: {{image: '{image_tag}'}}\ncluster: {{provider: sim}}\n"),
+        &format!("name: {name}\nregistry: {{image: '{image_tag}'}}\n"),
     );
     let mut cleanup = DockerCleanup::default();
     cleanup.containers.push(config.registry.name.clone());
@@ -239,7 +239,7 @@ async fn an_external_registry_is_used_as_it_is_and_nothing_is_created() {
     let config = config(
         dir.path(),
         &format!(
-            "name: {name}\nregistry: {{external: '{}'}}\ncluster: {{provider: sim}}\n",
+            "name: {name}\nregistry: {{external: '{}'}}\n",
             external.host()
         ),
     );

@@ -81,7 +81,7 @@ impl flags::Up {
 
 impl flags::Down {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
-        let config = ctx.config()?;
+        let config = ctx.identity()?;
         let report = ctx
             .block_on(lifecycle::down(
                 &config,
@@ -99,7 +99,7 @@ impl flags::Down {
 
 impl flags::Reset {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
-        let config = ctx.config()?;
+        let config = ctx.identity()?;
         let report = ctx
             .block_on(lifecycle::down(
                 &config,

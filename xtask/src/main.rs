@@ -94,6 +94,12 @@ impl Ctx {
         Ok(Config::load(&self.config_path)?)
     }
 
+    /// Reads only what names the environment's objects, for teardown: it
+    /// works when manifests, Dockerfiles or packages are gone.
+    pub(crate) fn identity(&self) -> anyhow::Result<Config> {
+        Ok(Config::load_identity(&self.config_path)?)
+    }
+
     /// Prints a progress line unless `--quiet`.
     pub(crate) fn say(&self, line: impl std::fmt::Display) {
         if !self.quiet {

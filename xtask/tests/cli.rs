@@ -132,7 +132,7 @@ fn recreate_dry_run_prints_the_plan() {
 fn config_flag_and_env_point_at_another_file() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("other.yaml");
-    std::fs::write(&file, "name: other\ncluster: {provider: sim}\n").unwrap();
+    std::fs::write(&file, "name: other\n").unwrap();
     let out = xtask(
         repo_root(),
         &["--config", file.to_str().unwrap(), "dev", "up", "--dry-run"],
@@ -174,9 +174,10 @@ fn config_flag_and_env_point_at_another_file() {
 fn unknown_components_list_the_known_ones() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("dev-env.yaml");
+    std::fs::write(dir.path().join("Dockerfile"), "FROM scratch\n").unwrap();
     let component = |name: &str| {
         format!(
-            "  {name}:\n    image: {name}\n    build: {{cargo: {{package: {name}}}}}\n    rollout: {{kind: Deployment}}\n"
+            "  {name}:\n    image: {name}\n    build: {{docker: {{}}}}\n    rollout: {{kind: Deployment}}\n"
         )
     };
     std::fs::write(
@@ -335,6 +336,30 @@ const MALFORMED: &[(&str, &str, &str, &str)] = &[
         "cluster.provider",
         "2:21",
     ),
+    (
+        "duplicate key",
+        "name: a\nnetwork:\n  name: x\n  ipv4Subnet: 10.1.0.0/24\n  name: y\n",
+        "network.name",
+        "5:3",
+    ),
+    (
+        "node hostname over 63 characters",
+        "name: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n",
+        "name",
+        "1:7",
+    ),
+    (
+        "cargo build outside any cargo workspace",
+        "name: a\ncomponents:\n  w:\n    image: w\n    build: {cargo: {package: worker}}\n    rollout: {kind: Deployment}\n",
+        "components.w.build.cargo.package",
+        "5:30",
+    ),
+    (
+        "sim provider outside any cargo workspace",
+        "name: a\ncluster:\n  provider: sim\n",
+        "cluster.provider",
+        "3:13",
+    ),
 ];
 
 #[test]
@@ -374,4 +399,242 @@ fn malformed_files_fail_with_position_key_and_fix_and_touch_nothing() {
         MALFORMED.len(),
         failures.join("\n\n")
     );
+}
+
+#[test]
+fn a_package_or_binary_missing_from_the_workspace_is_refused_with_what_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |path: &str, text: &str| {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        "Cargo.toml",
+        "[workspace]\nresolver = \"3\"\nmembers = [\"worker\"]\n",
+    );
+    write(
+        "worker/Cargo.toml",
+        "[package]\nname = \"worker\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+    );
+    write("worker/src/main.rs", "fn main() {}\n");
+    let file = dir.path().join("dev-env.yaml");
+    let config = file.to_str().unwrap();
+    for (build, key, position, says) in [
+        (
+            "{cargo: {package: wroker}}",
+            "components.w.build.cargo.package",
+            "5:30",
+            "no package `wroker` in the cargo workspace",
+        ),
+        (
+            "{cargo: {package: worker, bin: wrk}}",
+            "components.w.build.cargo.bin",
+            "5:43",
+            "package `worker` has no binary `wrk`; its binaries: worker",
+        ),
+    ] {
+        write(
+            "dev-env.yaml",
+            &format!(
+                "name: a\ncomponents:\n  w:\n    image: w\n    build: {build}\n    rollout: {{kind: Deployment}}\n"
+            ),
+        );
+        let out = xtask(dir.path(), &["--config", config, "dev", "up", "--dry-run"]);
+        let msg = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{msg}");
+        let at = format!("{config}:{position}: `{key}`");
+        assert!(
+            msg.contains(&at) && msg.contains(says),
+            "`{at}`, `{says}` in:\n{msg}"
+        );
+    }
+}
+
+#[test]
+fn teardown_needs_only_the_names_of_the_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dev-env.yaml");
+    let name = unique("gone");
+    // Neither the manifests directory nor the Dockerfile exists.
+    std::fs::write(
+        &file,
+        format!("name: {name}\nmanifests: [manifests]\ncomponents:\n  w:\n    image: w\n    build: {{docker: {{}}}}\n    rollout: {{kind: Deployment}}\n"),
+    )
+    .unwrap();
+    let config = file.to_str().unwrap();
+    let out = xtask(dir.path(), &["--config", config, "dev", "up", "--dry-run"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("`manifests[0]`"), "{}", text(&out));
+    // Against the real engine: nothing of the environment exists, so both
+    // succeed and say so.
+    for cmd in ["down", "reset"] {
+        let out = real_xtask(dir.path(), &["--config", config, "dev", cmd]);
+        let msg = text(&out);
+        assert_eq!(out.status.code(), Some(0), "{cmd}: {msg}");
+        assert!(
+            msg.contains(&format!("`{name}` is already down: nothing to remove")),
+            "{cmd}: {msg}"
+        );
+    }
+}
+
+/// Runs `docker` with `args`; panics, loudly, when it cannot.
+fn docker(args: &[&str]) -> Output {
+    Command::new("docker")
+        .args(args)
+        .output()
+        .expect("the docker CLI runs (these tests need a Docker engine)")
+}
+
+/// A name no other run uses.
+fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{}-{:x}", std::process::id(), nanos % 0xffff_ffff)
+}
+
+/// A `10.2xx.y.0/24` from the time: unlikely to be in use.
+fn random_subnet(attempt: u32) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+        .wrapping_add(attempt.wrapping_mul(7919));
+    format!("10.{}.{}.0/24", 200 + nanos % 50, (nanos / 50) % 250)
+}
+
+/// A bridge network made outside dev-env, removed however the test ends.
+struct Network {
+    name: String,
+    subnet: String,
+}
+
+impl Network {
+    fn create() -> Network {
+        let name = unique("pf-other");
+        for attempt in 0..20 {
+            let subnet = random_subnet(attempt);
+            let out = docker(&["network", "create", "--subnet", &subnet, &name]);
+            if out.status.success() {
+                return Network { name, subnet };
+            }
+            // Another network holds that range: try another one.
+            assert!(
+                text(&out).contains("overlap"),
+                "`docker network create` failed (is the Docker engine running?): {}",
+                text(&out)
+            );
+        }
+        panic!("no free 10.200-249.x.0/24 subnet for a test network");
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        let _ = docker(&["network", "rm", &self.name]);
+    }
+}
+
+/// The binary against the real engine.
+fn real_xtask(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("DEV_ENV_CONFIG")
+        .output()
+        .expect("xtask runs")
+}
+
+/// `dev up` against the real engine.
+fn dev_up(dir: &Path, file: &Path) -> Output {
+    real_xtask(dir, &["--config", file.to_str().unwrap(), "dev", "up"])
+}
+
+/// Asserts that environment `name` has no Docker object and no state.
+fn assert_nothing_created(dir: &Path, name: &str) {
+    let label = format!("label=dev-env.name={name}");
+    for list in [
+        &["network", "ls", "-q", "--filter", &label][..],
+        &["ps", "-aq", "--filter", &label],
+        &["volume", "ls", "-q", "--filter", &label],
+    ] {
+        let out = docker(list);
+        assert!(out.status.success(), "docker {list:?}: {}", text(&out));
+        assert!(
+            out.stdout.is_empty(),
+            "docker {list:?} lists objects of `{name}`: {}",
+            text(&out)
+        );
+    }
+    assert!(
+        !dir.join(".dev-env").join(name).join("state.json").exists(),
+        "state was written"
+    );
+    assert!(!dir.join(".dev-env").exists(), "a state directory was made");
+}
+
+#[test]
+fn dev_up_refuses_a_subnet_of_another_network_and_creates_nothing() {
+    let other = Network::create();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dev-env.yaml");
+    let name = unique("pf");
+    // The declared /16 contains the other network's /24.
+    let wide = other.subnet.replacen(".0/24", ".0/16", 1);
+    let wide = {
+        let mut parts: Vec<&str> = wide.split('.').collect();
+        parts[2] = "0";
+        parts.join(".")
+    };
+    std::fs::write(
+        &file,
+        format!("name: {name}\nnetwork:\n  ipv4Subnet: {wide}\n"),
+    )
+    .unwrap();
+    let out = dev_up(dir.path(), &file);
+    let msg = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{msg}");
+    let at = format!("{}:3:15: `network.ipv4Subnet`", file.display());
+    let names = format!(
+        "overlaps Docker network `{}` ({}, not made by dev-env)",
+        other.name, other.subnet
+    );
+    assert!(
+        msg.contains(&at) && msg.contains(&names),
+        "`{at}`, `{names}` in:\n{msg}"
+    );
+    assert!(msg.contains("choose a subnet"), "{msg}");
+    assert_nothing_created(dir.path(), &name);
+}
+
+#[test]
+fn dev_up_refuses_a_registry_port_in_use_and_creates_nothing() {
+    let held = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = held.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dev-env.yaml");
+    let name = unique("pf");
+    std::fs::write(
+        &file,
+        format!(
+            "name: {name}\nnetwork:\n  ipv4Subnet: {}\nregistry:\n  hostPort: {port}\n",
+            random_subnet(0)
+        ),
+    )
+    .unwrap();
+    let out = dev_up(dir.path(), &file);
+    let msg = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{msg}");
+    let at = format!("{}:5:13: `registry.hostPort`", file.display());
+    let says = format!("port {port} on 127.0.0.1 is already in use");
+    assert!(
+        msg.contains(&at) && msg.contains(&says),
+        "`{at}`, `{says}` in:\n{msg}"
+    );
+    assert!(msg.contains("or 0 to let dev-env pick"), "{msg}");
+    assert_nothing_created(dir.path(), &name);
+    drop(held);
 }

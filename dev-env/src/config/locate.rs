@@ -6,7 +6,7 @@
 //! here by its dotted path (`components.worker.rollout.kind`, `manifests[1]`),
 //! the same spelling serde_yaml uses in its messages.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, hash_map::Entry};
 
 use saphyr_parser::{Event, Parser};
 
@@ -18,10 +18,12 @@ pub struct Location {
 }
 
 /// Key and value positions of every node of the first document, by path.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Locations {
     keys: HashMap<String, Location>,
     values: HashMap<String, Location>,
+    /// The first key that repeats a key of the same map, at the repetition.
+    duplicate: Option<(String, Location)>,
 }
 
 enum Frame {
@@ -55,7 +57,18 @@ impl Locations {
                         // This node is a key.
                         if let Event::Scalar(key, ..) = &event {
                             let key = key.to_string();
-                            locations.keys.insert(join(path, &key), here);
+                            let full = join(path, &key);
+                            match locations.keys.entry(full) {
+                                // The first position stays: later lookups
+                                // name the key as serde_yaml would read it.
+                                Entry::Occupied(first) => {
+                                    let key = first.key().clone();
+                                    locations.duplicate.get_or_insert((key, here));
+                                }
+                                Entry::Vacant(slot) => {
+                                    slot.insert(here);
+                                }
+                            }
                             *pending_key = Some(key);
                         } else {
                             // Complex keys are not used by the config; keep the
@@ -118,6 +131,12 @@ impl Locations {
                 None => return Location { line: 1, column: 1 },
             }
         }
+    }
+
+    /// The first key declared twice in one map, by path, at its second
+    /// occurrence.
+    pub(crate) fn duplicate(&self) -> Option<(&str, Location)> {
+        self.duplicate.as_ref().map(|(key, at)| (key.as_str(), *at))
     }
 
     /// Whether the document spells out the key at `path`.

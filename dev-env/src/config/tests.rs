@@ -1,9 +1,54 @@
 use super::*;
 
+/// A cargo workspace in a temporary directory, with a `manifests/`
+/// directory: each package with the binaries named (`src/bin/<bin>.rs`), or
+/// a library when it names none.
+pub(crate) fn workspace(packages: &[(&str, &[&str])]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |path: &str, text: &str| {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    let members: Vec<String> = packages.iter().map(|(p, _)| format!("{p:?}")).collect();
+    write(
+        "Cargo.toml",
+        &format!(
+            "[workspace]\nresolver = \"3\"\nmembers = [{}]\n",
+            members.join(", ")
+        ),
+    );
+    for (package, bins) in packages {
+        write(
+            &format!("{package}/Cargo.toml"),
+            &format!("[package]\nname = \"{package}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n"),
+        );
+        if bins.is_empty() {
+            write(&format!("{package}/src/lib.rs"), "");
+        }
+        for bin in *bins {
+            write(&format!("{package}/src/bin/{bin}.rs"), "fn main() {}\n");
+        }
+    }
+    std::fs::create_dir(dir.path().join("manifests")).unwrap();
+    dir
+}
+
 fn parse(text: &str) -> Result<Config, Error> {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("manifests")).unwrap();
     Config::parse(&dir.path().join("dev-env.yaml"), text)
+}
+
+fn parse_in(dir: &tempfile::TempDir, text: &str) -> Result<Config, Error> {
+    Config::parse(&dir.path().join("dev-env.yaml"), text)
+}
+
+fn problems_in(dir: &tempfile::TempDir, text: &str) -> Vec<Problem> {
+    match parse_in(dir, text) {
+        Err(Error::Invalid { problems, .. }) => problems,
+        other => panic!("expected problems, got {other:?}"),
+    }
 }
 
 fn problems(text: &str) -> Vec<Problem> {
@@ -44,7 +89,8 @@ components:
     build: {cargo: {package: worker}}
     rollout: {kind: WorkerPool, namespace: demo, name: default, container: worker}
 "#;
-    let config = parse(text).unwrap();
+    let dir = workspace(&[("kube-sim", &["kube-sim"]), ("worker", &["worker"])]);
+    let config = parse_in(&dir, text).unwrap();
     assert_eq!(
         config.network.ipv6_subnet.unwrap().to_string(),
         "fd00:1::/64"
@@ -86,7 +132,9 @@ fn all_problems_are_reported_in_file_order() {
 
 #[test]
 fn unknown_component_lists_the_known_ones() {
-    let config = parse(
+    let dir = workspace(&[("w", &["w"])]);
+    let config = parse_in(
+        &dir,
         "name: a\ncomponents:\n  w:\n    image: w\n    build: {cargo: {package: w}}\n    rollout: {kind: Deployment}\n",
     )
     .unwrap();
@@ -104,7 +152,7 @@ fn host_bits_suggest_the_network_address() {
 
 #[test]
 fn a_docker_build_can_stage_a_cargo_binary() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = workspace(&[("cm", &["cm"])]);
     std::fs::write(dir.path().join("Dockerfile"), "FROM scratch\n").unwrap();
     let text = "name: a\ncomponents:\n  cm:\n    image: a/cm\n    build: {docker: {cargo: {package: cm}}}\n    rollout: {kind: Deployment}\n";
     let config = Config::parse(&dir.path().join("dev-env.yaml"), text).unwrap();
@@ -122,4 +170,229 @@ fn a_docker_build_can_stage_a_cargo_binary() {
         })
     );
     assert_eq!(dockerfile, &dir.path().join("Dockerfile"));
+}
+
+const COMPONENT: &str = "name: a\ncomponents:\n  w:\n    image: w\n    build:\n      cargo: {package: PACKAGE, bin: BIN}\n    rollout: {kind: Deployment}\n";
+
+#[test]
+fn a_package_missing_from_the_workspace_is_named_with_those_it_has() {
+    let dir = workspace(&[("worker", &["worker"]), ("api", &["api"])]);
+    let text = COMPONENT
+        .replace("PACKAGE", "wroker")
+        .replace("BIN", "worker");
+    let found = problems_in(&dir, &text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].key, "components.w.build.cargo.package");
+    assert_eq!(
+        found[0].location,
+        Location {
+            line: 6,
+            column: 24
+        }
+    );
+    assert!(
+        found[0].message.contains("no package `wroker`")
+            && found[0].message.contains("it has: api, worker"),
+        "{:?}",
+        found[0]
+    );
+    assert!(
+        found[0].fix.contains("[workspace] members"),
+        "{:?}",
+        found[0]
+    );
+}
+
+#[test]
+fn a_binary_missing_from_its_package_is_named_with_those_it_has() {
+    let dir = workspace(&[("worker", &["worker", "helper"]), ("tools", &["fmt"])]);
+    let text = COMPONENT.replace("PACKAGE", "worker").replace("BIN", "wrk");
+    let found = problems_in(&dir, &text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].key, "components.w.build.cargo.bin");
+    assert_eq!(
+        found[0].location,
+        Location {
+            line: 6,
+            column: 37
+        }
+    );
+    let message = &found[0].message;
+    assert!(
+        message.contains("package `worker` has no binary `wrk`")
+            && message.contains("helper")
+            && message.contains("worker"),
+        "{message}"
+    );
+    // A staged binary whose `bin` defaults to the package name.
+    std::fs::write(dir.path().join("Dockerfile"), "FROM scratch\n").unwrap();
+    let text = "name: a\ncomponents:\n  cm:\n    image: a/cm\n    build:\n      docker:\n        cargo: {package: tools}\n    rollout: {kind: Deployment}\n";
+    let found = problems_in(&dir, text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].key, "components.cm.build.docker.cargo.bin");
+    assert_eq!(found[0].location, Location { line: 7, column: 9 });
+    assert!(
+        found[0].message.contains("defaults to the package name")
+            && found[0].message.contains("its binaries: fmt"),
+        "{:?}",
+        found[0]
+    );
+}
+
+#[test]
+fn cargo_and_sim_builds_outside_any_workspace_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = COMPONENT
+        .replace("PACKAGE", "worker")
+        .replace("BIN", "worker");
+    let found = problems_in(&dir, &text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].key, "components.w.build.cargo.package");
+    assert!(
+        found[0].message.contains("in no cargo workspace"),
+        "{:?}",
+        found[0]
+    );
+    let found = problems_in(&dir, "name: a\ncluster:\n  provider: sim\n");
+    assert_eq!(found[0].key, "cluster.provider");
+    assert_eq!(
+        found[0].location,
+        Location {
+            line: 3,
+            column: 13
+        }
+    );
+    assert!(found[0].message.contains("kube-sim"), "{:?}", found[0]);
+    // The same files inside a workspace that has them load.
+    let dir = workspace(&[("kube-sim", &["kube-sim"]), ("worker", &["worker"])]);
+    let text = COMPONENT
+        .replace("PACKAGE", "worker")
+        .replace("BIN", "worker");
+    parse_in(&dir, &text).unwrap();
+    parse_in(&dir, "name: a\ncluster:\n  provider: sim\n").unwrap();
+}
+
+#[test]
+fn a_workspace_without_kube_sim_is_refused_for_the_sim_provider() {
+    let dir = workspace(&[("worker", &["worker"])]);
+    // `kube-sim/` is there, but no member of the workspace.
+    std::fs::create_dir(dir.path().join("kube-sim")).unwrap();
+    std::fs::write(
+        dir.path().join("kube-sim/Cargo.toml"),
+        "[package]\nname = \"kube-sim\"\nversion = \"0.1.0\"\n",
+    )
+    .unwrap();
+    let found = problems_in(&dir, "name: a\ncluster: {provider: sim}\n");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].key, "cluster.provider");
+    assert!(
+        found[0].message.contains("has none; it has: worker"),
+        "{:?}",
+        found[0]
+    );
+}
+
+#[test]
+fn a_name_that_makes_the_node_hostname_too_long_is_refused() {
+    // `<name>-server-0` holds 9 more characters than the name.
+    let longest = "a".repeat(54);
+    let config = parse(&format!("name: {longest}\n")).unwrap();
+    assert_eq!(config.node_name().len(), 63);
+    let too_long = "a".repeat(55);
+    let found = problems(&format!("name: {too_long}\n"));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].key, "name");
+    assert_eq!(found[0].location, Location { line: 1, column: 7 });
+    assert!(found[0].message.contains("64 characters"), "{:?}", found[0]);
+    assert!(found[0].fix.contains("at most 54"), "{:?}", found[0]);
+    // No node, no hostname.
+    parse(&format!(
+        "name: {too_long}\nregistry: {{external: 'localhost:5000'}}\ncluster: {{provider: existing, context: c}}\n"
+    ))
+    .unwrap();
+}
+
+#[test]
+fn a_duplicate_key_points_at_its_second_occurrence() {
+    let text = "name: a\nnetwork:\n  name: x\n  ipv4Subnet: 10.1.0.0/24\n  name: y\n";
+    let found = problems(text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].key, "network.name");
+    assert_eq!(found[0].location, Location { line: 5, column: 3 });
+    assert!(found[0].fix.contains("declare each key once"), "{found:?}");
+    // A component declared twice, in flow style.
+    let text = "name: a\ncomponents: {w: {image: w}, v: {image: v}, w: {image: x}}\n";
+    let found = problems(text);
+    assert_eq!(found[0].key, "components.w");
+    assert_eq!(
+        found[0].location,
+        Location {
+            line: 2,
+            column: 44
+        }
+    );
+    // Top level.
+    let found = problems("name: a\nmanifests: []\nname: b\n");
+    assert_eq!(
+        (found[0].key.as_str(), found[0].location),
+        ("name", Location { line: 3, column: 1 })
+    );
+}
+
+#[test]
+fn teardown_needs_only_the_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dev-env.yaml");
+    // No manifests directory, no Dockerfile, no cargo workspace, a component
+    // without a rollout: nothing teardown reads.
+    let text = "name: shop\nnetwork: {ipv4Subnet: 10.211.0.0/24}\nregistry: {hostPort: 5099}\nmanifests: [manifests]\ncomponents:\n  web:\n    image: shop/web\n    build: {docker: {context: web}}\n  api:\n    image: shop/api\n    build: {cargo: {package: api}}\n    rollout: {kind: Deployment}\n";
+    std::fs::write(&file, text).unwrap();
+    let Err(Error::Invalid { problems, .. }) = Config::load(&file) else {
+        panic!("the full load refuses missing inputs")
+    };
+    let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "manifests[0]",
+            "components.web.rollout",
+            "components.web.build.docker.dockerfile",
+            "components.web.build.docker.context",
+            "components.api.build.cargo.package",
+        ]
+    );
+    let config = Config::load_identity(&file).unwrap();
+    assert_eq!(config.name, "shop");
+    assert_eq!(config.network.ipv4_subnet.to_string(), "10.211.0.0/24");
+    assert_eq!(config.registry.name, "shop-registry");
+    assert_eq!(config.registry.volume, "shop-registry-data");
+    assert_eq!(config.registry.host_port, 5099);
+    assert_eq!(config.state_dir(), dir.path().join(".dev-env/shop"));
+    // What identifies the objects is still checked, and so is the syntax.
+    for (text, key) in [
+        ("name: Shop\n", "name"),
+        ("name: shop\nnetwrk: {}\n", "netwrk"),
+        ("name: shop\nregistry: {volume: 'a b'}\n", "registry.volume"),
+        ("name: 'shop\n", "(document)"),
+    ] {
+        std::fs::write(&file, text).unwrap();
+        match Config::load_identity(&file) {
+            Err(Error::Invalid { problems, .. }) => assert_eq!(problems[0].key, key, "{text}"),
+            other => panic!("{text}: expected a problem at `{key}`, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn locate_renders_file_line_and_column_after_loading() {
+    let config = parse("name: a\nnetwork:\n  ipv4Subnet: 10.9.0.0/24\n").unwrap();
+    assert_eq!(
+        config.locate("network.ipv4Subnet"),
+        format!("{}:3:15", config.file.display())
+    );
+    // A key the file does not spell out falls back to its parent.
+    assert_eq!(
+        config.locate("network.ipv6Subnet"),
+        format!("{}:2:1", config.file.display())
+    );
 }
