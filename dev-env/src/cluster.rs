@@ -11,8 +11,8 @@ use std::{collections::HashMap, io::Read, path::PathBuf, time::Duration};
 use bollard::{
     Docker,
     models::{
-        ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountType, NetworkingConfig,
-        PortBinding, RestartPolicy, RestartPolicyNameEnum,
+        ContainerCreateBody, EndpointSettings, HostConfig, HostConfigCgroupnsModeEnum, Mount,
+        MountType, NetworkingConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
     },
     query_parameters::{
         CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder, LogsOptionsBuilder,
@@ -219,7 +219,6 @@ async fn create(
     };
     let mut env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     env.push(format!("K3S_TOKEN={token}"));
-    let port_key = format!("{NODE_API_PORT}/tcp");
     // Keep the port of an earlier run when it is still free, so kubeconfigs
     // handed to other tools stay valid; otherwise pick a free one. The port
     // is fixed in the container's config, so restarts keep it too.
@@ -230,41 +229,8 @@ async fn create(
         })?,
     };
     state.api_port = Some(host_port);
-    let host_port = host_port.to_string();
-    let host_config = HostConfig {
-        privileged: Some(spec.privileged),
-        tmpfs: Some(spec.tmpfs.clone().into_iter().collect()),
-        mounts: Some(
-            spec.mounts
-                .iter()
-                .map(|(target, source)| {
-                    let (typ, source) = match source {
-                        MountSource::Volume(v) => (MountType::VOLUME, v),
-                        MountSource::Bind(p) => (MountType::BIND, p),
-                    };
-                    Mount {
-                        target: Some(target.clone()),
-                        source: Some(source.clone()),
-                        typ: Some(typ),
-                        ..Mount::default()
-                    }
-                })
-                .collect(),
-        ),
-        port_bindings: Some(HashMap::from([(
-            port_key.clone(),
-            Some(vec![PortBinding {
-                host_ip: Some(String::from("127.0.0.1")),
-                host_port: Some(host_port),
-            }]),
-        )])),
-        network_mode: Some(spec.network.clone()),
-        restart_policy: Some(RestartPolicy {
-            name: Some(RestartPolicyNameEnum::UNLESS_STOPPED),
-            maximum_retry_count: None,
-        }),
-        ..HostConfig::default()
-    };
+    let port_key = format!("{NODE_API_PORT}/tcp");
+    let host_config = host_config(spec, &port_key, host_port);
     let body = ContainerCreateBody {
         image: Some(spec.image.clone()),
         hostname: Some(spec.container.clone()),
@@ -304,6 +270,51 @@ async fn create(
         .await
         .map_err(|e| docker::Error::api(format!("copy files into `{}`", spec.container), e))?;
     start(docker, &spec.container).await
+}
+
+/// How the engine runs the node: the API on 127.0.0.1 only, and what the
+/// provider needs (privileges, namespaces, mounts).
+fn host_config(spec: &NodeSpec, port_key: &str, host_port: u16) -> HostConfig {
+    HostConfig {
+        privileged: Some(spec.privileged),
+        userns_mode: spec.userns_host.then(|| String::from("host")),
+        cgroupns_mode: spec
+            .cgroupns_private
+            .then_some(HostConfigCgroupnsModeEnum::PRIVATE),
+        // The server is PID 1 itself: k3s sets up cgroups v2 as PID 1.
+        init: Some(false),
+        tmpfs: Some(spec.tmpfs.clone().into_iter().collect()),
+        mounts: Some(
+            spec.mounts
+                .iter()
+                .map(|(target, source)| {
+                    let (typ, source) = match source {
+                        MountSource::Volume(v) => (MountType::VOLUME, v),
+                        MountSource::Bind(p) => (MountType::BIND, p),
+                    };
+                    Mount {
+                        target: Some(target.clone()),
+                        source: Some(source.clone()),
+                        typ: Some(typ),
+                        ..Mount::default()
+                    }
+                })
+                .collect(),
+        ),
+        port_bindings: Some(HashMap::from([(
+            port_key.to_string(),
+            Some(vec![PortBinding {
+                host_ip: Some(String::from("127.0.0.1")),
+                host_port: Some(host_port.to_string()),
+            }]),
+        )])),
+        network_mode: Some(spec.network.clone()),
+        restart_policy: Some(RestartPolicy {
+            name: Some(RestartPolicyNameEnum::UNLESS_STOPPED),
+            maximum_retry_count: None,
+        }),
+        ..HostConfig::default()
+    }
 }
 
 async fn start(docker: &Docker, container: &str) -> Result<(), Error> {

@@ -46,6 +46,20 @@ pub const DEFAULT_SIM_IMAGE: &str = "dev-env/kube-sim:dev";
 pub const DEFAULT_IPV4_SUBNET: &str = "192.168.231.0/24";
 /// k3s's default pod network (`--cluster-cidr`).
 pub const DEFAULT_POD_SUBNET: &str = "10.42.0.0/16";
+/// The k3s components a development node does without, unless
+/// `cluster.disable` says otherwise.
+pub const DEFAULT_K3S_DISABLE: &[&str] = &["traefik", "servicelb", "metrics-server"];
+/// What k3s's `--disable` accepts.
+pub const K3S_COMPONENTS: &[&str] = &[
+    "coredns",
+    "servicelb",
+    "traefik",
+    "local-storage",
+    "metrics-server",
+    "runtimes",
+];
+/// How long a pod may take to start before a wait gives up on it.
+pub const DEFAULT_POD_START_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 /// k3s's default service network (`--service-cidr`).
 pub const DEFAULT_SERVICE_SUBNET: &str = "10.43.0.0/16";
 /// The port the registry listens on inside the network.
@@ -138,6 +152,12 @@ pub struct Cluster {
     pub context: Option<String>,
     pub pod_subnet: Ipv4Net,
     pub service_subnet: Ipv4Net,
+    /// k3s components the node does not start (`--disable`); empty for
+    /// other providers.
+    pub disable: Vec<String>,
+    /// How long a new pod may stay `Pending` or `ContainerCreating` before
+    /// a rollout wait fails with its events.
+    pub pod_start_grace: std::time::Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -55,6 +55,14 @@ pub struct NodeSpec {
     pub image: String,
     pub command: Vec<String>,
     pub privileged: bool,
+    /// `userns_mode=host`: engines with user-namespace remapping refuse
+    /// privileged containers otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub userns_host: bool,
+    /// A cgroup namespace of its own: k3s, as PID 1 without an init, sets
+    /// up its cgroup v2 hierarchy there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cgroupns_private: bool,
     /// tmpfs mounts, by destination.
     pub tmpfs: BTreeMap<String, String>,
     /// Mounts, by destination: one source per destination, by
@@ -213,21 +221,83 @@ pub fn node_spec(config: &Config, registry_port: Option<u16>) -> NodeSpec {
             );
         }
     }
+    if config.cluster.provider == Provider::K3s && !config.cluster.disable.is_empty() {
+        command.push(format!("--disable={}", config.cluster.disable.join(",")));
+    }
+    env.extend(proxy_env(config, |key| std::env::var(key).ok()));
     let files = BTreeMap::from([(
         NODE_REGISTRIES_YAML.to_string(),
         registries_yaml(config, registry_port),
     )]);
+    let k3s = config.cluster.provider == Provider::K3s;
     NodeSpec {
         container: node,
         image: config.cluster.image.clone(),
         command,
-        privileged: config.cluster.provider == Provider::K3s,
+        privileged: k3s,
+        userns_host: k3s,
+        cgroupns_private: k3s,
         tmpfs,
         mounts,
         env,
         files,
         network: config.network.name.clone(),
     }
+}
+
+/// The proxy settings of this process (`HTTP_PROXY`, `HTTPS_PROXY`,
+/// `NO_PROXY`, either case) for the node, as k3d passes them: with the
+/// names and subnets that must never go through a proxy added to
+/// `NO_PROXY` (the registry, the node, pods, services). Empty when no proxy
+/// is set.
+pub fn proxy_env(
+    config: &Config,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for key in ["HTTP_PROXY", "HTTPS_PROXY"] {
+        let value = lookup(key).or_else(|| lookup(&key.to_lowercase()));
+        if let Some(value) = value.filter(|v| !v.is_empty()) {
+            env.insert(key.to_string(), value.clone());
+            env.insert(key.to_lowercase(), value);
+        }
+    }
+    if env.is_empty() {
+        return env;
+    }
+    let mut no_proxy: Vec<String> = lookup("NO_PROXY")
+        .or_else(|| lookup("no_proxy"))
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    let registry_host = config
+        .registry
+        .cluster_host
+        .split(':')
+        .next()
+        .unwrap_or_default();
+    for own in [
+        "localhost",
+        "127.0.0.1",
+        registry_host,
+        &config.registry.name,
+        &config.node_name(),
+        &config.cluster.pod_subnet.to_string(),
+        &config.cluster.service_subnet.to_string(),
+        ".svc",
+        ".cluster.local",
+    ] {
+        if !own.is_empty() && !no_proxy.iter().any(|n| n == own) {
+            no_proxy.push(own.to_string());
+        }
+    }
+    let no_proxy = no_proxy.join(",");
+    env.insert("NO_PROXY".to_string(), no_proxy.clone());
+    env.insert("no_proxy".to_string(), no_proxy);
+    env
 }
 
 /// Where the sim node finds the engine's socket.
@@ -580,6 +650,63 @@ mod tests {
         assert_eq!(spec.tmpfs.keys().collect::<Vec<_>>(), ["/run", "/var/run"]);
         assert_eq!(spec.env["K3S_KUBECONFIG_OUTPUT"], NODE_KUBECONFIG_OUTPUT);
         assert!(spec.files[NODE_REGISTRIES_YAML].contains("\"shop-registry:5000\""));
+    }
+
+    #[test]
+    fn k3s_nodes_get_what_a_real_daemon_needs_and_sim_nodes_do_not() {
+        let k3s = node_spec(&config("name: demo\n"), Some(5001));
+        assert!(k3s.privileged && k3s.userns_host && k3s.cgroupns_private);
+        assert!(
+            k3s.command
+                .contains(&String::from("--disable=traefik,servicelb,metrics-server")),
+            "{:?}",
+            k3s.command
+        );
+        let kept = node_spec(
+            &config("name: demo\ncluster: {disable: [traefik]}\n"),
+            Some(5001),
+        );
+        assert!(kept.command.contains(&String::from("--disable=traefik")));
+        let none = node_spec(&config("name: demo\ncluster: {disable: []}\n"), Some(5001));
+        assert!(!none.command.iter().any(|a| a.starts_with("--disable")));
+        let sim = node_spec(
+            &config("name: demo\ncluster: {provider: sim}\n"),
+            Some(5001),
+        );
+        assert!(!sim.privileged && !sim.userns_host && !sim.cgroupns_private);
+        assert!(!sim.command.iter().any(|a| a.starts_with("--disable")));
+        // Defaults that are off stay out of the spec, so nodes made before
+        // these settings existed do not count as drifted.
+        let json = serde_json::to_value(&sim).unwrap();
+        assert!(json.get("usernsHost").is_none() && json.get("cgroupnsPrivate").is_none());
+    }
+
+    #[test]
+    fn proxies_pass_through_with_the_environments_own_names_exempt() {
+        let config = config("name: demo\n");
+        assert!(proxy_env(&config, |_| None).is_empty());
+        let env = proxy_env(&config, |key| match key {
+            "https_proxy" => Some(String::from("http://proxy:3128")),
+            "NO_PROXY" => Some(String::from("corp.example, localhost")),
+            _ => None,
+        });
+        assert_eq!(env["HTTPS_PROXY"], "http://proxy:3128");
+        assert_eq!(env["https_proxy"], "http://proxy:3128");
+        assert!(!env.contains_key("HTTP_PROXY"));
+        let no_proxy: Vec<&str> = env["NO_PROXY"].split(',').collect();
+        for name in [
+            "corp.example",
+            "localhost",
+            "127.0.0.1",
+            "demo-registry",
+            "demo-server-0",
+            "10.42.0.0/16",
+            "10.43.0.0/16",
+        ] {
+            assert!(no_proxy.contains(&name), "{name} missing from {no_proxy:?}");
+        }
+        assert_eq!(no_proxy.iter().filter(|n| **n == "localhost").count(), 1);
+        assert_eq!(env["no_proxy"], env["NO_PROXY"]);
     }
 
     #[test]

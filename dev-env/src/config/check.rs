@@ -4,9 +4,10 @@
 use std::path::Path;
 
 use super::{
-    Build, CargoBinary, Cluster, Component, Config, DEFAULT_IPV4_SUBNET, DEFAULT_K3S_IMAGE,
-    DEFAULT_POD_SUBNET, DEFAULT_REGISTRY_IMAGE, DEFAULT_SERVICE_SUBNET, DEFAULT_SIM_IMAGE, Network,
-    Problem, Provider, Purpose, REGISTRY_CONTAINER_PORT, Registry, Rollout, RolloutKind,
+    Build, CargoBinary, Cluster, Component, Config, DEFAULT_IPV4_SUBNET, DEFAULT_K3S_DISABLE,
+    DEFAULT_K3S_IMAGE, DEFAULT_POD_START_GRACE, DEFAULT_POD_SUBNET, DEFAULT_REGISTRY_IMAGE,
+    DEFAULT_SERVICE_SUBNET, DEFAULT_SIM_IMAGE, K3S_COMPONENTS, Network, Problem, Provider, Purpose,
+    REGISTRY_CONTAINER_PORT, Registry, Rollout, RolloutKind,
     locate::Locations,
     raw::{
         RawBuild, RawCargoBuild, RawCluster, RawComponent, RawConfig, RawDockerBuild, RawNetwork,
@@ -216,12 +217,75 @@ impl Check<'_> {
                 ),
             )
         });
+        let disable = self.disable(provider, raw.disable);
+        let pod_start_grace = self.grace(raw.pod_start_grace.as_deref());
         Cluster {
             provider,
             image,
             context: raw.context,
             pod_subnet,
             service_subnet,
+            disable,
+            pod_start_grace,
+        }
+    }
+
+    /// `cluster.disable`: k3s components only, and only for k3s.
+    fn disable(&mut self, provider: Provider, declared: Option<Vec<String>>) -> Vec<String> {
+        let Some(declared) = declared else {
+            return match provider {
+                Provider::K3s => DEFAULT_K3S_DISABLE
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect(),
+                Provider::Sim | Provider::Existing => Vec::new(),
+            };
+        };
+        if provider != Provider::K3s {
+            self.problem(
+                "cluster.disable",
+                format!(
+                    "has no effect with `provider: {provider}`: only k3s starts these components"
+                ),
+                "remove `disable`, or choose `provider: k3s`",
+            );
+            return Vec::new();
+        }
+        for (i, item) in declared.iter().enumerate() {
+            if !K3S_COMPONENTS.contains(&item.as_str()) {
+                self.problem(
+                    &format!("cluster.disable[{i}]"),
+                    format!("`{item}` is not a component k3s can disable"),
+                    format!("use some of: {}", K3S_COMPONENTS.join(", ")),
+                );
+            }
+        }
+        declared
+    }
+
+    /// `cluster.podStartGrace`: a duration such as `60s` or `2m`.
+    fn grace(&mut self, declared: Option<&str>) -> std::time::Duration {
+        let Some(text) = declared else {
+            return DEFAULT_POD_START_GRACE;
+        };
+        match humantime::parse_duration(text) {
+            Ok(grace) if !grace.is_zero() => grace,
+            Ok(_) => {
+                self.problem(
+                    "cluster.podStartGrace",
+                    "is zero: every pod would fail the moment it is created",
+                    "give a duration such as `60s` or `2m`",
+                );
+                DEFAULT_POD_START_GRACE
+            }
+            Err(e) => {
+                self.problem(
+                    "cluster.podStartGrace",
+                    format!("`{text}` is not a duration ({e})"),
+                    "give a duration such as `60s` or `2m`",
+                );
+                DEFAULT_POD_START_GRACE
+            }
         }
     }
 

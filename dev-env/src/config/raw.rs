@@ -123,6 +123,8 @@ pub(super) struct RawCluster {
     pub(super) context: Option<String>,
     pub(super) pod_subnet: Option<String>,
     pub(super) service_subnet: Option<String>,
+    pub(super) disable: Option<Vec<String>>,
+    pub(super) pod_start_grace: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -396,3 +396,27 @@ fn locate_renders_file_line_and_column_after_loading() {
         format!("{}:2:1", config.file.display())
     );
 }
+
+#[test]
+fn k3s_components_and_the_pod_start_grace_are_checked() {
+    let config = parse("name: a\n").unwrap();
+    assert_eq!(
+        config.cluster.disable,
+        ["traefik", "servicelb", "metrics-server"]
+    );
+    assert_eq!(config.cluster.pod_start_grace, DEFAULT_POD_START_GRACE);
+    let config = parse("name: a\ncluster: {disable: [traefik], podStartGrace: 2m}\n").unwrap();
+    assert_eq!(config.cluster.disable, ["traefik"]);
+    assert_eq!(
+        config.cluster.pod_start_grace,
+        std::time::Duration::from_secs(120)
+    );
+
+    let found = problems("name: a\ncluster: {disable: [traefik, nginx], podStartGrace: soon}\n");
+    let keys: Vec<&str> = found.iter().map(|p| p.key.as_str()).collect();
+    assert_eq!(keys, ["cluster.disable[1]", "cluster.podStartGrace"]);
+    assert!(found[0].fix.contains("metrics-server"), "{:?}", found[0]);
+    assert_eq!((found[0].location.line, found[0].location.column), (2, 30));
+    let found = problems("name: a\ncluster: {podStartGrace: 0s}\n");
+    assert!(found[0].message.contains("zero"), "{found:?}");
+}
