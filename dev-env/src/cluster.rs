@@ -373,18 +373,7 @@ async fn connect(docker: &Docker, config: &Config, spec: &NodeSpec) -> Result<No
                 )));
             }
         };
-        // The server may be caught halfway through writing it: a file that
-        // does not parse yet is not ready, not an error.
-        let rewrite = |server: String| kubeconfig::rewrite(&text, &config.name, &server);
-        match (
-            rewrite(format!("https://127.0.0.1:{port}")),
-            rewrite(format!("https://{container}:{NODE_API_PORT}")),
-        ) {
-            (Ok(host), Ok(network)) => Ok(Step::Done((port, host, network))),
-            (Err(e), _) | (_, Err(e)) => Ok(Step::Pending(format!(
-                "{NODE_KUBECONFIG_OUTPUT} is not complete yet ({e})"
-            ))),
-        }
+        Ok(rewritten(&text, &config.name, port, &container))
     })
     .await
     .map_err(wait_err)??;
@@ -411,6 +400,27 @@ async fn connect(docker: &Docker, config: &Config, spec: &NodeSpec) -> Result<No
     .await
     .map_err(wait_err)??;
     Ok(node)
+}
+
+/// The node's kubeconfig rewritten for the host and for the network. The
+/// server may be caught halfway through writing it: a file that does not
+/// parse yet, or names no cluster yet, is not ready rather than an error.
+fn rewritten(
+    text: &str,
+    name: &str,
+    port: u16,
+    container: &str,
+) -> Step<(u16, kube::config::Kubeconfig, kube::config::Kubeconfig)> {
+    let rewrite = |server: String| kubeconfig::rewrite(text, name, &server);
+    match (
+        rewrite(format!("https://127.0.0.1:{port}")),
+        rewrite(format!("https://{container}:{NODE_API_PORT}")),
+    ) {
+        (Ok(host), Ok(network)) => Step::Done((port, host, network)),
+        (Err(e), _) | (_, Err(e)) => Step::Pending(format!(
+            "{NODE_KUBECONFIG_OUTPUT} is not complete yet ({e})"
+        )),
+    }
 }
 
 /// The content of the file at `path` in the container and its mtime in
@@ -477,4 +487,38 @@ fn random_token() -> String {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .expect("/dev/urandom is readable");
     hex::encode(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KUBECONFIG: &str = "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: Q0E=\n    server: https://127.0.0.1:6443\n  name: default\ncontexts:\n- context:\n    cluster: default\n    user: default\n  name: default\ncurrent-context: default\nkind: Config\nusers:\n- name: default\n  user:\n    token: t\n";
+
+    #[test]
+    fn a_kubeconfig_caught_half_written_is_not_ready_yet() {
+        for cut in [10, 40, KUBECONFIG.len() / 2] {
+            let step = rewritten(&KUBECONFIG[..cut], "env", 4321, "env-server-0");
+            let Step::Pending(why) = step else {
+                panic!("a kubeconfig cut at {cut} bytes counts as ready")
+            };
+            assert!(why.contains("not complete yet"), "cut at {cut}: {why}");
+        }
+        let Step::Done((port, host, network)) = rewritten(KUBECONFIG, "env", 4321, "env-server-0")
+        else {
+            panic!("a whole kubeconfig is ready")
+        };
+        assert_eq!(port, 4321);
+        let server = |k: &kube::config::Kubeconfig| {
+            k.clusters[0]
+                .cluster
+                .as_ref()
+                .unwrap()
+                .server
+                .clone()
+                .unwrap()
+        };
+        assert_eq!(server(&host), "https://127.0.0.1:4321");
+        assert_eq!(server(&network), "https://env-server-0:6443");
+    }
 }
