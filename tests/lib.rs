@@ -290,6 +290,25 @@ impl SimProject {
         }
     }
 
+    /// A sim environment whose manifests are a namespace `app` and a
+    /// ConfigMap `settings` in it.
+    pub fn with_config_map(prefix: &str) -> SimProject {
+        let env = SimProject::new(prefix);
+        env.write(
+            "manifests/app.yaml",
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: app}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: app}\ndata: {mode: dev}\n",
+        );
+        env.write(
+            "dev-env.yaml",
+            &format!(
+                "name: {}\nnetwork: {{ipv4Subnet: {}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n",
+                env.name, env.subnet
+            ),
+        );
+        env
+    }
+
     /// Writes `text` to `path` below the project, creating directories.
     pub fn write(&self, path: &str, text: &str) {
         let path = self.dir.join(path);

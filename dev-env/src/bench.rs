@@ -244,16 +244,9 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
     up("preparing the bench environment").await?;
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        crate::lifecycle::down(
-            &config,
-            crate::lifecycle::DownOptions {
-                purge: true,
-                network: true,
-            },
-            &|_| {},
-        )
-        .await
-        .map_err(|e| step("dev reset")(e.to_string()))?;
+        crate::lifecycle::down(&config, crate::lifecycle::DownOptions::RESET_PURGE, &|_| {})
+            .await
+            .map_err(|e| step("dev reset")(e.to_string()))?;
         let started = Instant::now();
         up("cold dev up").await?;
         cold.push(started.elapsed().as_secs_f64());
@@ -326,16 +319,9 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
         .zip(&baseline)
         .map(|(ours, theirs)| ours / theirs)
         .collect();
-    crate::lifecycle::down(
-        &config,
-        crate::lifecycle::DownOptions {
-            purge: true,
-            network: true,
-        },
-        &|_| {},
-    )
-    .await
-    .map_err(|e| step("dev reset")(e.to_string()))?;
+    crate::lifecycle::down(&config, crate::lifecycle::DownOptions::RESET_PURGE, &|_| {})
+        .await
+        .map_err(|e| step("dev reset")(e.to_string()))?;
     let mut figures = vec![
         Figure::of("cold dev up (images local)", "s", cold),
         Figure::of("warm dev up", "s", warm),

@@ -51,14 +51,7 @@ pub trait Progress: Sync {
 
 /// Holds the environment's lock for a `push` or `reload`.
 async fn lock(config: &Config, progress: &dyn Progress) -> Result<lock::Lock, lock::Error> {
-    let waiting = |w: &lock::Waiting| progress.waiting(w);
-    lock::acquire(
-        &config.state_dir(),
-        &config.name,
-        lock::DEFAULT_TIMEOUT,
-        &waiting,
-    )
-    .await
+    lock::environment(config, &|w| progress.waiting(w)).await
 }
 
 /// What happened to one component.

@@ -176,13 +176,7 @@ pub async fn up(
     let manifests = manifest::load(&config.manifests)?;
     let docker = docker::connect().await?;
     crate::preflight::check(&docker, config).await?;
-    let _lock = lock::acquire(
-        &config.state_dir(),
-        &config.name,
-        lock::DEFAULT_TIMEOUT,
-        &|waiting| progress(&waiting.to_string()),
-    )
-    .await?;
+    let _lock = lock::environment(config, &|waiting| progress(&waiting.to_string())).await?;
     ownership::check(&docker, config).await?;
 
     let drifts = drift(&docker, config).await?;

@@ -76,6 +76,15 @@ pub struct Lock {
     _file: File,
 }
 
+/// Takes the lock of the environment of `config`, waiting for another
+/// holder up to [`DEFAULT_TIMEOUT`].
+pub async fn environment(
+    config: &crate::config::Config,
+    waiting: &(dyn Fn(&Waiting) + Sync),
+) -> Result<Lock, Error> {
+    acquire(&config.state_dir(), &config.name, DEFAULT_TIMEOUT, waiting).await
+}
+
 /// Takes the lock of environment `env` whose state lives in `state_dir`,
 /// waiting up to `timeout` for another holder; `waiting` is called once if
 /// it has to wait.

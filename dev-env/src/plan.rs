@@ -480,11 +480,18 @@ impl fmt::Display for Plan {
             .ipv6_subnet
             .as_ref()
             .map_or(String::new(), |s| format!(", IPv6 {s} (dual-stack)"));
-        writeln!(
-            f,
-            "network   {}: bridge, IPv4 {}{v6}",
-            n.name, n.ipv4_subnet
-        )?;
+        if needs_network(&self.config) {
+            writeln!(
+                f,
+                "network   {}: bridge, IPv4 {}{v6}",
+                n.name, n.ipv4_subnet
+            )?;
+        } else {
+            writeln!(
+                f,
+                "network   none: the registry and the cluster are elsewhere"
+            )?;
+        }
         match &self.registry {
             RegistryPlan::Managed(r) => {
                 writeln!(f, "registry  {}: image {}", r.container, r.image)?;

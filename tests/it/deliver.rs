@@ -160,10 +160,7 @@ impl Drop for App {
         if let Ok(config) = Config::load(&self.dir.join("dev-env.yaml")) {
             let _ = runtime().block_on(lifecycle::down(
                 &config,
-                lifecycle::DownOptions {
-                    purge: true,
-                    network: true,
-                },
+                lifecycle::DownOptions::RESET_PURGE,
                 &|_| {},
             ));
         }
@@ -324,16 +321,9 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
 
     // `dev down` leaves no pod container behind.
     let left = runtime().block_on(async {
-        lifecycle::down(
-            &config,
-            lifecycle::DownOptions {
-                purge: false,
-                network: false,
-            },
-            &|_| {},
-        )
-        .await
-        .unwrap();
+        lifecycle::down(&config, lifecycle::DownOptions::DOWN, &|_| {})
+            .await
+            .unwrap();
         let docker = dev_env::docker::connect().await.unwrap();
         dev_env::cluster::pod_containers(&docker, &app.name)
             .await

@@ -186,10 +186,7 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
     let down = rt
         .block_on(lifecycle::down(
             &config,
-            lifecycle::DownOptions {
-                purge: false,
-                network: false,
-            },
+            lifecycle::DownOptions::DOWN,
             &|_| {},
         ))
         .unwrap();
@@ -201,10 +198,7 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
     let again = rt
         .block_on(lifecycle::down(
             &config,
-            lifecycle::DownOptions {
-                purge: false,
-                network: false,
-            },
+            lifecycle::DownOptions::DOWN,
             &|_| {},
         ))
         .unwrap();
@@ -228,10 +222,7 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
     let reset = rt
         .block_on(lifecycle::down(
             &config,
-            lifecycle::DownOptions {
-                purge: true,
-                network: true,
-            },
+            lifecycle::DownOptions::RESET_PURGE,
             &|_| {},
         ))
         .unwrap();
@@ -266,10 +257,7 @@ fn drift_stops_up_down_still_works_and_recreate_converges() {
     let rt = runtime();
     rt.block_on(lifecycle::down(
         &drifted,
-        lifecycle::DownOptions {
-            purge: false,
-            network: false,
-        },
+        lifecycle::DownOptions::DOWN,
         &|_| {},
     ))
     .expect("dev down despite drift");
@@ -295,10 +283,7 @@ fn drift_stops_up_down_still_works_and_recreate_converges() {
     assert!(left.is_empty(), "{left:?}");
     rt.block_on(lifecycle::down(
         &drifted,
-        lifecycle::DownOptions {
-            purge: true,
-            network: true,
-        },
+        lifecycle::DownOptions::RESET_PURGE,
         &|_| {},
     ))
     .unwrap();
@@ -355,10 +340,7 @@ fn up_repairs_a_killed_node_and_a_deleted_registry() {
     runtime()
         .block_on(lifecycle::down(
             &config,
-            lifecycle::DownOptions {
-                purge: true,
-                network: true,
-            },
+            lifecycle::DownOptions::RESET_PURGE,
             &|_| {},
         ))
         .unwrap();

@@ -25,11 +25,6 @@ const OPTIONS: UpOptions = UpOptions {
     timeout: Duration::from_secs(120),
 };
 
-const PURGE_ALL: DownOptions = DownOptions {
-    purge: true,
-    network: true,
-};
-
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -45,24 +40,6 @@ fn down(config: &Config, options: DownOptions) -> Result<lifecycle::DownReport, 
     runtime().block_on(lifecycle::down(config, options, &|line| {
         eprintln!("{line}")
     }))
-}
-
-/// An environment whose manifests are a namespace and a ConfigMap.
-fn environment(prefix: &str) -> SimProject {
-    let env = SimProject::new(prefix);
-    env.write(
-        "manifests/app.yaml",
-        "apiVersion: v1\nkind: Namespace\nmetadata: {name: app}\n---\n\
-         apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: app}\ndata: {mode: dev}\n",
-    );
-    env.write(
-        "dev-env.yaml",
-        &format!(
-            "name: {}\nnetwork: {{ipv4Subnet: {}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n",
-            env.name, env.subnet
-        ),
-    );
-    env
 }
 
 fn sh() -> Shell {
@@ -93,7 +70,7 @@ fn kubectl(env: &SimProject, args: &[&str]) -> String {
 
 #[test]
 fn teardown_refuses_another_environments_objects_and_reports_only_what_it_removed() {
-    let owner = environment("own");
+    let owner = SimProject::with_config_map("own");
     up(&owner.config()).expect("the owner's dev up");
 
     // A config that names the owner's network, registry and volume.
@@ -109,13 +86,7 @@ fn teardown_refuses_another_environments_objects_and_reports_only_what_it_remove
         ),
     );
     let config = intruder.config();
-    for options in [
-        PURGE_ALL,
-        DownOptions {
-            purge: false,
-            network: false,
-        },
-    ] {
+    for options in [DownOptions::RESET_PURGE, DownOptions::DOWN] {
         let err = down(&config, options).expect_err("teardown refuses foreign objects");
         let message = err.to_string();
         assert!(
@@ -162,7 +133,8 @@ fn teardown_refuses_another_environments_objects_and_reports_only_what_it_remove
             stranger.name, stranger.subnet
         ),
     );
-    let err = down(&stranger.config(), PURGE_ALL).expect_err("an unlabelled volume is not ours");
+    let err = down(&stranger.config(), DownOptions::RESET_PURGE)
+        .expect_err("an unlabelled volume is not ours");
     assert!(
         err.to_string().contains("was not created by dev-env"),
         "{err}"
@@ -176,10 +148,10 @@ fn teardown_refuses_another_environments_objects_and_reports_only_what_it_remove
 
     // `--purge` of an environment that never existed removes nothing and
     // says so.
-    let report = down(&stranger.config(), PURGE_ALL).unwrap();
+    let report = down(&stranger.config(), DownOptions::RESET_PURGE).unwrap();
     assert_eq!(report, lifecycle::DownReport::default());
 
-    let report = down(&owner.config(), PURGE_ALL).unwrap();
+    let report = down(&owner.config(), DownOptions::RESET_PURGE).unwrap();
     assert!(
         report.node && report.registry && report.volume && report.network,
         "{report:?}"
@@ -196,7 +168,7 @@ fn status_ok(config: &Config) -> bool {
 
 #[test]
 fn runs_on_one_environment_take_turns_and_keep_each_others_state() {
-    let env = environment("lock");
+    let env = SimProject::with_config_map("lock");
     let config = env.config();
 
     // Held elsewhere: `dev up` says whom it waits for, then proceeds once
@@ -282,12 +254,12 @@ fn runs_on_one_environment_take_turns_and_keep_each_others_state() {
     let state = State::load(&config.state_dir()).unwrap();
     assert!(state.images.contains_key("recorded"), "{state:?}");
     assert!(state.registry_port.is_some() && state.api_port.is_some());
-    down(&config, PURGE_ALL).unwrap();
+    down(&config, DownOptions::RESET_PURGE).unwrap();
 }
 
 #[test]
 fn a_bad_manifest_fails_up_with_its_place_and_nothing_is_applied() {
-    let env = environment("bad");
+    let env = SimProject::with_config_map("bad");
     let config = env.config();
     up(&config).expect("dev up");
     let versions = || {
@@ -347,12 +319,12 @@ fn a_bad_manifest_fails_up_with_its_place_and_nothing_is_applied() {
     std::fs::remove_file(file).unwrap();
     up(&config).expect("dev up once the manifests are fixed");
     assert!(versions().ends_with(" changed"));
-    down(&config, PURGE_ALL).unwrap();
+    down(&config, DownOptions::RESET_PURGE).unwrap();
 }
 
 #[test]
 fn up_reattaches_every_container_to_a_network_removed_under_it() {
-    let env = environment("net");
+    let env = SimProject::with_config_map("net");
     let config = env.config();
     up(&config).expect("dev up");
     let sh = sh();
@@ -388,12 +360,12 @@ fn up_reattaches_every_container_to_a_network_removed_under_it() {
     // The node reaches the registry by its name again: the registry
     // answers from inside the node's network namespace.
     assert!(status_ok(&config));
-    down(&config, PURGE_ALL).unwrap();
+    down(&config, DownOptions::RESET_PURGE).unwrap();
 }
 
 #[test]
 fn a_node_created_but_never_started_is_made_again() {
-    let env = environment("half");
+    let env = SimProject::with_config_map("half");
     let config = env.config();
     // What an interrupted run leaves: a labelled node container that was
     // created, with nothing copied in, and never started.
@@ -414,7 +386,7 @@ fn a_node_created_but_never_started_is_made_again() {
     // through a first `up` if needed.
     if !exists("image", image) {
         up(&config).expect("a first dev up builds the node image");
-        down(&config, DownOptions::default()).unwrap();
+        down(&config, DownOptions::DOWN).unwrap();
     }
     cmd!(
         sh,
@@ -428,7 +400,7 @@ fn a_node_created_but_never_started_is_made_again() {
     let (outcome, _) = report.node.expect("a node");
     assert_eq!(outcome, dev_env::cluster::Outcome::Created);
     assert!(status_ok(&config));
-    down(&config, PURGE_ALL).unwrap();
+    down(&config, DownOptions::RESET_PURGE).unwrap();
 }
 
 #[test]
@@ -502,5 +474,5 @@ fn up_pushes_again_what_the_registry_lost_and_status_notices() {
         .unwrap();
     assert!(present);
     assert!(status_ok(&config));
-    down(&config, PURGE_ALL).unwrap();
+    down(&config, DownOptions::RESET_PURGE).unwrap();
 }

@@ -53,27 +53,9 @@ fn output_to_a_closed_pipe_ends_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
-/// A sim environment with a namespace and a ConfigMap as its manifests.
-fn sim_environment(prefix: &str) -> SimProject {
-    let env = SimProject::new(prefix);
-    env.write(
-        "manifests/app.yaml",
-        "apiVersion: v1\nkind: Namespace\nmetadata: {name: app}\n---\n\
-         apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: app}\ndata: {mode: dev}\n",
-    );
-    env.write(
-        "dev-env.yaml",
-        &format!(
-            "name: {}\nnetwork: {{ipv4Subnet: {}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n",
-            env.name, env.subnet
-        ),
-    );
-    env
-}
-
 #[test]
 fn interrupted_runs_leave_an_environment_the_next_up_converges_from() {
-    let env = sim_environment("sigint");
+    let env = SimProject::with_config_map("sigint");
     let config = env.dir.join("dev-env.yaml");
     let run = |args: &[&str]| xtask(&config, args).output().unwrap();
     // Warm: the node and registry images exist, so interrupts land in the

@@ -18,6 +18,19 @@ pub struct DownOptions {
     pub network: bool,
 }
 
+impl DownOptions {
+    /// `dev down`: the node and the registry container; data is kept.
+    pub const DOWN: DownOptions = DownOptions {
+        purge: false,
+        network: false,
+    };
+    /// `dev reset --purge`: everything, the pushed images included.
+    pub const RESET_PURGE: DownOptions = DownOptions {
+        purge: true,
+        network: true,
+    };
+}
+
 /// What `down` removed: only what existed and is gone now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DownReport {
@@ -37,13 +50,7 @@ pub async fn down(
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<DownReport, Error> {
     let docker = docker::connect().await?;
-    let _lock = lock::acquire(
-        &config.state_dir(),
-        &config.name,
-        lock::DEFAULT_TIMEOUT,
-        &|waiting| progress(&waiting.to_string()),
-    )
-    .await?;
+    let _lock = lock::environment(config, &|waiting| progress(&waiting.to_string())).await?;
     ownership::check(&docker, config).await?;
     let mut report = DownReport::default();
     if config.cluster.provider != Provider::Existing {
