@@ -48,6 +48,14 @@ pub enum Error {
         /// Whether the CRDs of the set were applied before the check failed.
         applied: bool,
     },
+    #[error("{at}: {what}: the server refuses it: {}", api_error(error))]
+    Refused {
+        /// `file:line:col` of the field the server names, or of the
+        /// document.
+        at: String,
+        what: String,
+        error: kube::Error,
+    },
     #[error("{at}: applying {what} failed: {}", api_error(error))]
     Apply {
         at: String,
@@ -282,6 +290,11 @@ async fn validate<'o, 'm>(
         }
         match apply_one(client, kinds, &object.at(), &sent, Mode::DryRun).await {
             Ok(_) => {}
+            Err(Error::Apply { error, .. }) => problems.push(Error::Refused {
+                at: locate_problem(object.manifest, &api_error(&error)),
+                what: object.manifest.display_name(),
+                error,
+            }),
             Err(Error::UnknownKind { .. })
                 if when == Validation::Now && declared_kinds.contains(&group_kind(&sent)) =>
             {
@@ -298,6 +311,44 @@ async fn validate<'o, 'm>(
             applied: when == Validation::Deferred,
         })
     }
+}
+
+/// Where in its file a refusal points: the first field the server's
+/// message names (`unknown field "spec.replicaz"` as the strict decoder
+/// says it, `.spec.replicaz: field not declared in schema` as server-side
+/// apply does), found in the manifest's own document; the document's first
+/// line when the message names no field found there.
+fn locate_problem(manifest: &Manifest, message: &str) -> String {
+    let file = manifest.file.display();
+    let document_start = format!("{file}:{}", manifest.line);
+    let Some(path) = named_field(message) else {
+        return document_start;
+    };
+    let Ok(text) = std::fs::read_to_string(&manifest.file) else {
+        return document_start;
+    };
+    let document: String = text
+        .lines()
+        .skip(manifest.line.saturating_sub(1))
+        .take_while(|line| !line.starts_with("---"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let locations = crate::config::locate::Locations::index(&document);
+    if !locations.has(&path) {
+        return document_start;
+    }
+    let at = locations.key(&path);
+    format!("{file}:{}:{}", manifest.line + at.line - 1, at.column)
+}
+
+/// The dotted path of the first field a server message names.
+fn named_field(message: &str) -> Option<String> {
+    if let Some(rest) = message.split("unknown field \"").nth(1) {
+        return rest.split('"').next().map(str::to_string);
+    }
+    let (path, _) = message.split_once(": field not declared in schema")?;
+    let path = path.rsplit(' ').next()?.trim_start_matches('.');
+    Some(path.to_string())
 }
 
 /// `(group, kind)` of every custom resource the CRDs among `objects` define.
@@ -503,6 +554,39 @@ mod tests {
         );
         // Pinning twice changes nothing.
         assert_eq!(pin_images(&mut pool, &pins), 0);
+    }
+
+    #[test]
+    fn a_refusal_points_at_the_field_it_names_in_the_document() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("web.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: apps/v1\nkind: Deployment\n\
+             metadata: {name: web}\nspec:\n  replicaz: 1\n  template:\n    spec:\n      containers:\n      - name: w\n        imagePullPolicyy: x\n",
+        )
+        .unwrap();
+        let manifest = Manifest {
+            file: file.clone(),
+            line: 5,
+            api_version: String::from("apps/v1"),
+            kind: String::from("Deployment"),
+            name: String::from("web"),
+            namespace: None,
+            object: json!({}),
+        };
+        let at = |message: &str| locate_problem(&manifest, message);
+        let file = file.display();
+        assert_eq!(
+            at(r#"strict decoding error: unknown field "spec.replicaz" (400 BadRequest)"#),
+            format!("{file}:9:3")
+        );
+        assert_eq!(
+            at(".spec.template.spec.containers[0].imagePullPolicyy: field not declared in schema"),
+            format!("{file}:14:9")
+        );
+        assert_eq!(at("namespaces \"x\" not found"), format!("{file}:5"));
+        assert_eq!(at(r#"unknown field "spec.absent""#), format!("{file}:5"));
     }
 
     #[test]

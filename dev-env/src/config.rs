@@ -13,7 +13,7 @@
 //! so that teardown works whatever became of the build inputs.
 
 mod check;
-mod locate;
+pub(crate) mod locate;
 mod raw;
 mod validate;
 mod workspace;

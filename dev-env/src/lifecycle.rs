@@ -135,7 +135,9 @@ pub async fn drift(docker: &Docker, config: &Config) -> Result<Vec<Drift>, Error
     }
     if config.registry.external.is_none() {
         let spec = plan::registry_spec(config);
-        if let Some(existing) = inspect_container(docker, &spec.container).await? {
+        if let Some(existing) = inspect_container(docker, &spec.container).await?
+            && !docker::never_started(&existing)
+        {
             let labels = existing.config.and_then(|c| c.labels).unwrap_or_default();
             if let Some(Some(d)) =
                 plan::drift_from_labels(&labels, "registry", &spec.container, &spec)
@@ -146,7 +148,11 @@ pub async fn drift(docker: &Docker, config: &Config) -> Result<Vec<Drift>, Error
     }
     if config.cluster.provider != Provider::Existing {
         let spec = plan::node_spec(config, registry_port(config, &state));
-        if let Some(existing) = inspect_container(docker, &spec.container).await? {
+        // A container created but never started is incomplete, not
+        // drifted: `up` makes it again.
+        if let Some(existing) = inspect_container(docker, &spec.container).await?
+            && !docker::never_started(&existing)
+        {
             let labels = existing.config.and_then(|c| c.labels).unwrap_or_default();
             if let Some(Some(d)) = plan::drift_from_labels(&labels, "node", &spec.container, &spec)
             {
@@ -175,9 +181,9 @@ pub async fn up(
     // is changed.
     let manifests = manifest::load(&config.manifests)?;
     let docker = docker::connect().await?;
-    crate::preflight::check(&docker, config).await?;
     let _lock = lock::environment(config, &|waiting| progress(&waiting.to_string())).await?;
     ownership::check(&docker, config).await?;
+    crate::preflight::check(&docker, config).await?;
 
     let drifts = drift(&docker, config).await?;
     if !drifts.is_empty() && !options.recreate {

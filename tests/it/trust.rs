@@ -295,7 +295,7 @@ fn a_bad_manifest_fails_up_with_its_place_and_nothing_is_applied() {
     let message = err.to_string();
     let file = env.dir.join("manifests/web.yaml");
     assert!(
-        message.contains(&format!("{}:4", file.display()))
+        message.contains(&format!("{}:9:3: Deployment/fresh/web", file.display()))
             && message.contains("spec.replicaz")
             && message.contains("nothing was applied"),
         "{message}"
