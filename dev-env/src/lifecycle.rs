@@ -181,9 +181,10 @@ pub async fn up(
     // is changed.
     let manifests = manifest::load(&config.manifests)?;
     let docker = docker::connect().await?;
-    let _lock = lock::environment(config, &|waiting| progress(&waiting.to_string())).await?;
+    // Read-only checks first: a refused run leaves not even a lock file.
     ownership::check(&docker, config).await?;
     crate::preflight::check(&docker, config).await?;
+    let _lock = lock::environment(config, &|waiting| progress(&waiting.to_string())).await?;
 
     let drifts = drift(&docker, config).await?;
     if !drifts.is_empty() && !options.recreate {
