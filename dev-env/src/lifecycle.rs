@@ -23,7 +23,10 @@ use crate::{
     plan::{self, Drift},
     registry,
     state::State,
-    wait::workload::{self, Want},
+    wait::{
+        node::NodeProbe,
+        workload::{self, WaitOptions, Want},
+    },
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -268,6 +271,11 @@ pub async fn up(
 
     // Every Deployment among the manifests must complete; a component's
     // Deployment must run its pushed digest.
+    let probe = (config.cluster.provider != Provider::Existing).then(|| NodeProbe {
+        docker: docker.clone(),
+        container: config.node_name(),
+    });
+    let wait_options = &WaitOptions::new(options.timeout).with_node(probe);
     let waits = manifests
         .iter()
         .filter(|m| m.kind == "Deployment" && m.api_version == "apps/v1")
@@ -292,7 +300,7 @@ pub async fn up(
                     .map(|p| p.digest.clone()),
             };
             let client = client.clone();
-            async move { workload::deployment(&client, &want, options.timeout).await }
+            async move { workload::deployment(&client, &want, wait_options).await }
         });
     let waited = futures::future::join_all(waits).await;
     let errors: Vec<String> = waited

@@ -24,7 +24,7 @@ use crate::{
     config::{Component, Config, RolloutKind},
     wait::{
         self, Step,
-        workload::{self, Want},
+        workload::{self, WaitOptions, Want},
     },
 };
 
@@ -117,9 +117,9 @@ pub async fn roll(
 pub async fn wait(
     client: &Client,
     rolled: &Rolled,
-    timeout: Duration,
+    options: &WaitOptions,
 ) -> Result<workload::Done, Error> {
-    let deployment = workload::deployment(client, &rolled.want, timeout);
+    let deployment = workload::deployment(client, &rolled.want, options);
     match &rolled.pool {
         None => Ok(deployment.await?),
         Some(pool) => {
@@ -129,7 +129,7 @@ pub async fn wait(
                 &rolled.want.namespace,
                 &pool.name,
                 pool.generation,
-                timeout,
+                options,
             );
             let (done, ()) = tokio::try_join!(deployment, pool)?;
             Ok(done)
