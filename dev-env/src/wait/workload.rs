@@ -391,7 +391,53 @@ pub fn evaluate(
     };
     let hash = template_hash(new_rs);
     let new_pods = pods_of(&hash, pods);
-    for pod in &new_pods {
+    if let Some(failed) = fatal_waiting(&new_pods) {
+        return failed;
+    }
+    let name = deploy.name_any();
+    if let Some(pending) = counts_pending(&name, spec_replicas, &status) {
+        return pending;
+    }
+    let (ready, last_ready, waiting_on) = ready_with_digest(&new_pods, want);
+    if (ready.len() as i32) < spec_replicas {
+        let detail: Vec<String> = waiting_on
+            .iter()
+            .map(|(p, why)| format!("{p}: {why}"))
+            .collect();
+        return Verdict::Pending(format!(
+            "{name}: {} of {spec_replicas} pods of ReplicaSet {} ready with the pushed image{}{}",
+            ready.len(),
+            new_rs.name_any(),
+            if detail.is_empty() { "" } else { "; " },
+            detail.join("; ")
+        ));
+    }
+    // Old pods count as gone for kubectl once they terminate; the pushed
+    // code is the only code running only once they have stopped.
+    let mut old: Vec<String> = pods
+        .iter()
+        .filter(|p| p.labels().get("pod-template-hash") != Some(&hash))
+        .map(|p| p.name_any())
+        .collect();
+    if !old.is_empty() {
+        old.sort();
+        return Verdict::Pending(format!(
+            "{name}: {} old pod(s) still terminating: {}",
+            old.len(),
+            old.join(", ")
+        ));
+    }
+
+    Verdict::Done {
+        pods: ready,
+        last_ready,
+    }
+}
+
+/// The first container of `new_pods` waiting on a reason in
+/// [`FATAL_REASONS`], as a verdict.
+fn fatal_waiting(new_pods: &[&Pod]) -> Option<Verdict> {
+    for pod in new_pods {
         let statuses = pod.status.iter().flat_map(|s| {
             s.init_container_statuses
                 .iter()
@@ -403,41 +449,58 @@ pub fn evaluate(
                 && let Some(reason) = waiting.reason.as_deref()
                 && FATAL_REASONS.contains(&reason)
             {
-                return Verdict::PodFailed {
+                return Some(Verdict::PodFailed {
                     pod: pod.name_any(),
                     container: cs.name.clone(),
                     reason: reason.to_string(),
                     message: waiting.message.clone().unwrap_or_default(),
-                };
+                });
             }
         }
     }
 
+    None
+}
+
+/// kubectl's rule on the Deployment's counts; `None` once it holds.
+fn counts_pending(
+    name: &str,
+    spec_replicas: i32,
+    status: &k8s_openapi::api::apps::v1::DeploymentStatus,
+) -> Option<Verdict> {
     let updated = status.updated_replicas.unwrap_or(0);
     let replicas = status.replicas.unwrap_or(0);
     let available = status.available_replicas.unwrap_or(0);
-    let name = deploy.name_any();
     if updated < spec_replicas {
-        return Verdict::Pending(format!(
+        return Some(Verdict::Pending(format!(
             "{name}: {updated} out of {spec_replicas} new replicas have been updated"
-        ));
+        )));
     }
     if replicas > updated {
-        return Verdict::Pending(format!(
+        return Some(Verdict::Pending(format!(
             "{name}: {} old replicas are pending termination",
             replicas - updated
-        ));
+        )));
     }
     if available < updated {
-        return Verdict::Pending(format!(
+        return Some(Verdict::Pending(format!(
             "{name}: {available} of {updated} updated replicas are available"
-        ));
+        )));
     }
 
+    None
+}
+
+/// The Ready pods among `new_pods` that run the wanted digest (sorted),
+/// the latest `Ready` transition among them, and why each other is not.
+fn ready_with_digest(
+    new_pods: &[&Pod],
+    want: &Want,
+) -> (Vec<String>, Option<String>, BTreeMap<String, String>) {
     let mut ready = Vec::new();
     let mut last_ready: Option<String> = None;
     let mut waiting_on = BTreeMap::new();
-    for pod in &new_pods {
+    for pod in new_pods {
         let ready_cond = pod
             .status
             .as_ref()
@@ -473,40 +536,8 @@ pub fn evaluate(
         }
         ready.push(pod.name_any());
     }
-    if (ready.len() as i32) < spec_replicas {
-        let detail: Vec<String> = waiting_on
-            .iter()
-            .map(|(p, why)| format!("{p}: {why}"))
-            .collect();
-        return Verdict::Pending(format!(
-            "{name}: {} of {spec_replicas} pods of ReplicaSet {} ready with the pushed image{}{}",
-            ready.len(),
-            new_rs.name_any(),
-            if detail.is_empty() { "" } else { "; " },
-            detail.join("; ")
-        ));
-    }
-    // Old pods count as gone for kubectl once they terminate; the pushed
-    // code is the only code running only once they have stopped.
-    let mut old: Vec<String> = pods
-        .iter()
-        .filter(|p| p.labels().get("pod-template-hash") != Some(&hash))
-        .map(|p| p.name_any())
-        .collect();
-    if !old.is_empty() {
-        old.sort();
-        return Verdict::Pending(format!(
-            "{name}: {} old pod(s) still terminating: {}",
-            old.len(),
-            old.join(", ")
-        ));
-    }
-
     ready.sort();
-    Verdict::Done {
-        pods: ready,
-        last_ready,
-    }
+    (ready, last_ready, waiting_on)
 }
 
 /// The Deployment's ReplicaSet for its current revision, once it exists.
