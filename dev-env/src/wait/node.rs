@@ -19,6 +19,8 @@ pub const PROBE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2
 pub enum Error {
     #[error("the node {container} is not running ({state}); `cargo xtask dev up` restarts it")]
     NotRunning { container: String, state: String },
+    #[error("the node {container} is paused; `docker unpause {container}` resumes it")]
+    Paused { container: String },
     #[error("the node {container} does not exist; `cargo xtask dev up` creates it")]
     Missing { container: String },
     #[error("cannot tell whether the node {container} is running: {source}")]
@@ -42,7 +44,10 @@ impl Error {
     /// Whether the node is known to be down (stopped, killed or removed),
     /// so nothing that needs its API can succeed until it is started again.
     pub fn is_down(&self) -> bool {
-        matches!(self, Error::NotRunning { .. } | Error::Missing { .. })
+        matches!(
+            self,
+            Error::NotRunning { .. } | Error::Paused { .. } | Error::Missing { .. }
+        )
     }
 }
 
@@ -87,15 +92,17 @@ impl NodeProbe {
                 container: self.container.clone(),
             });
         };
+        let container = self.container.clone();
         match inspected.state.as_ref().and_then(not_running) {
             None => Ok(()),
-            Some(state) => Err(Error::NotRunning {
-                container: self.container.clone(),
-                state,
-            }),
+            Some(state) if state == PAUSED => Err(Error::Paused { container }),
+            Some(state) => Err(Error::NotRunning { container, state }),
         }
     }
 }
+
+/// What [`not_running`] says of a paused container.
+const PAUSED: &str = "paused";
 
 /// What a container's state says when it does not run (`exited 137`,
 /// `paused`, …); `None` while it runs.
@@ -104,7 +111,7 @@ pub fn not_running(state: &ContainerState) -> Option<String> {
         return None;
     }
     if state.paused == Some(true) {
-        return Some(String::from("paused"));
+        return Some(String::from(PAUSED));
     }
     if state.restarting == Some(true) {
         return Some(String::from("restarting"));

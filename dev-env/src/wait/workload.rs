@@ -80,8 +80,8 @@ pub enum Error {
         logs: Option<String>,
     },
     #[error(
-        "pod {namespace}/{pod} has not started after {}s (the grace is {}s); fix what its events name, or give pods longer to start\nstate: {state}\nconditions: {conditions}\n{events}",
-        pending.as_secs(), grace.as_secs()
+        "pod {namespace}/{pod} has not started after {} (the grace is {}s); fix what its events name, or give pods longer to start\nstate: {state}\nconditions: {conditions}\n{events}",
+        crate::wait::Elapsed(*pending), grace.as_secs()
     )]
     PodPending {
         namespace: String,
