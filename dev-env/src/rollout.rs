@@ -123,6 +123,17 @@ pub async fn wait(
     match &rolled.pool {
         None => Ok(deployment.await?),
         Some(pool) => {
+            // Until the controller has observed the generation, the
+            // Deployment may still show the previous rollout, complete.
+            workload::worker_pool_observed(
+                client,
+                &pool.resource,
+                &rolled.want.namespace,
+                &pool.name,
+                pool.generation,
+                options,
+            )
+            .await?;
             let pool = workload::worker_pool(
                 client,
                 &pool.resource,

@@ -608,6 +608,56 @@ pub async fn worker_pool(
     generation: i64,
     options: &WaitOptions,
 ) -> Result<(), Error> {
+    let pool = Pool {
+        resource,
+        namespace,
+        name,
+        generation,
+    };
+    watch_pool(client, &pool, options, pool_converged).await
+}
+
+/// Waits for a WorkerPool's controller to observe `generation`: from then
+/// on, the Deployment it owns carries that generation's template, so a
+/// wait on the Deployment cannot mistake the previous rollout for this one.
+pub async fn worker_pool_observed(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: &str,
+    name: &str,
+    generation: i64,
+    options: &WaitOptions,
+) -> Result<(), Error> {
+    let pool = Pool {
+        resource,
+        namespace,
+        name,
+        generation,
+    };
+    watch_pool(client, &pool, options, pool_observed).await
+}
+
+struct Pool<'a> {
+    resource: &'a ApiResource,
+    namespace: &'a str,
+    name: &'a str,
+    generation: i64,
+}
+
+/// Watches a WorkerPool until `done` says so, failing at once on a
+/// progress deadline.
+async fn watch_pool(
+    client: &Client,
+    pool: &Pool<'_>,
+    options: &WaitOptions,
+    done: fn(&Value, i64) -> (bool, String),
+) -> Result<(), Error> {
+    let Pool {
+        resource,
+        namespace,
+        name,
+        generation,
+    } = *pool;
     let kind = &resource.kind;
     let mut w = Watching::new(
         format!("{kind} {namespace}/{name} (generation {generation})"),
@@ -637,9 +687,9 @@ pub async fn worker_pool(
                 message,
             });
         }
-        let (done, seen) = pool_converged(&pool.data, generation);
+        let (finished, seen) = done(&pool.data, generation);
         w.last = seen;
-        if done {
+        if finished {
             return Ok(());
         }
     }
@@ -653,6 +703,19 @@ pub fn progress_deadline_exceeded(data: &Value) -> Option<String> {
         .iter()
         .find(|c| c["type"] == "Progressing" && c["reason"] == "ProgressDeadlineExceeded")
         .map(|c| c["message"].as_str().unwrap_or_default().to_string())
+}
+
+/// Whether a WorkerPool's controller has observed `generation`, and what
+/// its status says.
+pub fn pool_observed(data: &Value, generation: i64) -> (bool, String) {
+    let observed = data
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    (
+        observed >= generation,
+        format!("observedGeneration {observed} (want >= {generation})"),
+    )
 }
 
 /// Whether a WorkerPool's status says the rollout of `generation` is

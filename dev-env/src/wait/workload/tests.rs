@@ -217,6 +217,9 @@ fn a_pool_converges_only_for_the_asked_generation() {
     assert!(!pool_converged(&pool(4, "True"), 4).0);
     let (done, seen) = pool_converged(&pool(4, "False"), 4);
     assert!(done, "{seen}");
+    // Observed is enough to trust the Deployment, not to be done.
+    assert!(pool_observed(&pool(4, "True"), 4).0);
+    assert!(!pool_observed(&pool(3, "False"), 4).0);
 }
 
 #[test]
