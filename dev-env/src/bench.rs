@@ -19,7 +19,7 @@ use xshell::{Shell, cmd};
 
 use crate::{
     image::{cargo, distribution, oci},
-    wait::workload::{self, Want},
+    wait::workload::{self, WaitOptions, Want},
 };
 
 /// The distribution registry binary from Debian's `docker-registry` package.
@@ -735,7 +735,7 @@ async fn wait_all(client: &Client, names: &[String]) -> Result<(), Error> {
             container: String::from("app"),
             digest: None,
         };
-        async move { workload::deployment(client, &want, timeout).await }
+        async move { workload::deployment(client, &want, &WaitOptions::new(timeout)).await }
     });
     futures::future::try_join_all(waits)
         .await

@@ -13,6 +13,10 @@ use crate::{
     image::{self, PushOptions, Pushed, distribution},
     kubeconfig, lock, manifest, registry, rollout,
     state::State,
+    wait::{
+        node::{self, NodeProbe},
+        workload::WaitOptions,
+    },
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +33,8 @@ pub enum Error {
     Apply(#[from] apply::Error),
     #[error(transparent)]
     Lock(#[from] lock::Error),
+    #[error(transparent)]
+    Node(#[from] node::Error),
 }
 
 /// The phases a component goes through, for progress display.
@@ -103,11 +109,43 @@ pub struct PushFlags {
 }
 
 /// A client for the cluster of `config`: the node's `kubeconfig.host`, or
-/// the declared context of the user's kubeconfig.
+/// the declared context of the user's kubeconfig. The API is asked for its
+/// version first, so that a cluster that cannot be reached is reported
+/// here, with the node's state when the environment has a node.
 pub async fn cluster_client(config: &Config) -> Result<kube::Client, kubeconfig::Error> {
-    match (config.cluster.provider, &config.cluster.context) {
-        (Provider::Existing, Some(context)) => kubeconfig::user_client(context).await,
-        _ => kubeconfig::client(&config.state_dir().join(kubeconfig::HOST_FILE), None).await,
+    let client = match (config.cluster.provider, &config.cluster.context) {
+        (Provider::Existing, Some(context)) => kubeconfig::user_client(context).await?,
+        _ => kubeconfig::client(&config.state_dir().join(kubeconfig::HOST_FILE), None).await?,
+    };
+    match client.apiserver_version().await {
+        Err(err) if node::is_unreachable(&err) => {
+            Err(node::explain_unreachable(config, err).await.into())
+        }
+        // Any answer, even a refusal, means the API is there; the calls
+        // that follow report their own errors.
+        _ => Ok(client),
+    }
+}
+
+/// How rollouts of `config` are waited for: `timeout`, `cluster.podStartGrace`
+/// and the node container when there is one. An engine that cannot
+/// be reached leaves the wait without a probe; the API's own errors still
+/// end it.
+async fn wait_options(config: &Config, timeout: Duration) -> WaitOptions {
+    let node = NodeProbe::for_config(config).await.ok().flatten();
+    WaitOptions {
+        timeout,
+        pending_grace: config.cluster.pod_start_grace,
+        node,
+    }
+}
+
+/// `err`, or the node's state when the node is down: then nothing that
+/// needs the API can succeed, and the node is what to fix.
+async fn or_node_down(config: &Config, err: String) -> String {
+    match node::node_down(config).await {
+        Some(down) => down.to_string(),
+        None => err,
     }
 }
 
@@ -163,6 +201,7 @@ pub async fn push(
     if flags.rollout && !pushed.is_empty() {
         match cluster_client(config).await {
             Ok(client) => {
+                let options = &wait_options(config, flags.timeout).await;
                 let rolls = pushed.iter().map(|(i, p)| {
                     let image = outcomes[*i].image.clone();
                     roll_and_wait(
@@ -172,7 +211,7 @@ pub async fn push(
                         image,
                         Some(p.digest.clone()),
                         false,
-                        flags.timeout,
+                        options,
                         progress,
                     )
                 });
@@ -207,17 +246,24 @@ pub async fn reload(
     let _lock = lock(config, progress).await?;
     let state = State::load(&config.state_dir())?;
     let client = cluster_client(config).await?;
-    apply::apply_all(
+    let applied = apply::apply_all(
         &client,
         &manifests,
         &apply::pinned_images(config, &state),
         timeout,
     )
-    .await?;
+    .await;
+    if let Err(err) = applied {
+        return Err(match node::node_down(config).await {
+            Some(down) => down.into(),
+            None => err.into(),
+        });
+    }
+    let options = &wait_options(config, timeout).await;
     let rolls = components.iter().map(|name| {
         progress.phase(name, Phase::Rollout, "restarting");
         let digest = state.images.get(name).map(|p| p.digest.clone());
-        roll_and_wait(&client, config, name, None, digest, true, timeout, progress)
+        roll_and_wait(&client, config, name, None, digest, true, options, progress)
     });
     let results = futures::future::join_all(rolls).await;
     Ok(components
@@ -258,7 +304,7 @@ async fn roll_and_wait(
     image: Option<String>,
     digest: Option<String>,
     restart: bool,
-    timeout: Duration,
+    options: &WaitOptions,
     progress: &dyn Progress,
 ) -> Result<Rolled, String> {
     let result = async {
@@ -269,7 +315,7 @@ async fn roll_and_wait(
             image.as_deref(),
             digest.as_deref(),
             restart,
-            timeout,
+            options.timeout,
         )
         .await?;
         let detail = if rolled.patched {
@@ -279,7 +325,7 @@ async fn roll_and_wait(
         };
         progress.phase(name, Phase::Wait, detail);
         let wait_started = Instant::now();
-        let done = rollout::wait(client, &rolled, timeout).await?;
+        let done = rollout::wait(client, &rolled, options).await?;
         Ok::<_, rollout::Error>(Rolled {
             patched: rolled.patched,
             pods: done.pods,
@@ -293,8 +339,9 @@ async fn roll_and_wait(
             Ok(r)
         }
         Err(e) => {
-            progress.phase(name, Phase::Failed, &e.to_string());
-            Err(e.to_string())
+            let message = or_node_down(config, e.to_string()).await;
+            progress.phase(name, Phase::Failed, &message);
+            Err(message)
         }
     }
 }

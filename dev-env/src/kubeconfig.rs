@@ -44,6 +44,9 @@ pub enum Error {
     },
     #[error(transparent)]
     Write(#[from] state::Error),
+    /// The API did not answer; why, as far as the node's state tells.
+    #[error(transparent)]
+    Unreachable(#[from] crate::wait::node::Error),
 }
 
 /// Rewrites the node's kubeconfig so that its one cluster is reached at

@@ -32,6 +32,7 @@ use crate::{
     plan::{self, Drift},
     registry,
     state::State,
+    wait::{node::NodeProbe, workload::WaitOptions},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -58,8 +59,6 @@ pub enum Error {
     Drift { drifts: Vec<Drift> },
     #[error("{}", errors.join("\n"))]
     Push { errors: Vec<String> },
-    #[error("{}", errors.join("\n"))]
-    Rollout { errors: Vec<String> },
     #[error("building the node image `{image}`: {reason}")]
     NodeImage { image: String, reason: String },
     #[error(transparent)]
@@ -218,7 +217,14 @@ pub async fn up(
         "applied  {} objects ({changed} changed)",
         applied.len()
     ));
-    converge::wait(&cluster.client, config, &manifests, &state, options.timeout).await?;
+    let probe = (config.cluster.provider != Provider::Existing).then(|| NodeProbe {
+        docker: docker.clone(),
+        container: config.node_name(),
+    });
+    let wait = WaitOptions::new(options.timeout)
+        .with_grace(config.cluster.pod_start_grace)
+        .with_node(probe);
+    converge::wait(&cluster.client, config, &manifests, &state, &wait).await?;
     Ok(UpReport {
         network,
         registry,

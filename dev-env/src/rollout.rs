@@ -24,7 +24,7 @@ use crate::{
     config::{Component, Config, RolloutKind},
     wait::{
         self, Step,
-        workload::{self, Want},
+        workload::{self, WaitOptions, Want},
     },
 };
 
@@ -117,19 +117,30 @@ pub async fn roll(
 pub async fn wait(
     client: &Client,
     rolled: &Rolled,
-    timeout: Duration,
+    options: &WaitOptions,
 ) -> Result<workload::Done, Error> {
-    let deployment = workload::deployment(client, &rolled.want, timeout);
+    let deployment = workload::deployment(client, &rolled.want, options);
     match &rolled.pool {
         None => Ok(deployment.await?),
         Some(pool) => {
+            // Until the controller has observed the generation, the
+            // Deployment may still show the previous rollout, complete.
+            workload::worker_pool_observed(
+                client,
+                &pool.resource,
+                &rolled.want.namespace,
+                &pool.name,
+                pool.generation,
+                options,
+            )
+            .await?;
             let pool = workload::worker_pool(
                 client,
                 &pool.resource,
                 &rolled.want.namespace,
                 &pool.name,
                 pool.generation,
-                timeout,
+                options,
             );
             let (done, ()) = tokio::try_join!(deployment, pool)?;
             Ok(done)

@@ -3,6 +3,7 @@
 //! container, an HTTP endpoint answering) is polled here with a backoff
 //! that starts at 50 ms and settles at 1 s.
 
+pub mod node;
 pub mod workload;
 
 use std::{fmt, future::Future, time::Duration};

@@ -10,6 +10,7 @@ use dev_env::{
     lifecycle::{self, UpOptions},
     rollout,
     state::State,
+    wait::workload::WaitOptions,
 };
 use dev_env_tests::SimProject;
 use xshell::{Shell, cmd};
@@ -284,7 +285,7 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
                 TIMEOUT,
             )
             .await?;
-            rollout::wait(&client, &rolled, TIMEOUT).await
+            rollout::wait(&client, &rolled, &WaitOptions::new(TIMEOUT)).await
         })
         .expect_err("a missing image cannot roll out")
         .to_string();
@@ -313,7 +314,7 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
         .block_on(async {
             let client = deliver::cluster_client(&config).await.unwrap();
             let rolled = rollout::roll(&client, &config, "app", None, None, false, TIMEOUT).await?;
-            rollout::wait(&client, &rolled, TIMEOUT).await
+            rollout::wait(&client, &rolled, &WaitOptions::new(TIMEOUT)).await
         })
         .expect_err("an impossible deadline cannot be met")
         .to_string();

@@ -2,6 +2,7 @@
 //! or the distribution registry fail loudly when those are missing.
 
 mod deliver;
+mod faults;
 mod image;
 mod lifecycle;
 mod registry;

@@ -4,14 +4,12 @@
 //! other Deployment among the manifests has completed, under the same
 //! deadline and fail-fast rules as `push-image`.
 
-use std::time::Duration;
-
 use crate::{
     config::{Config, RolloutKind},
     manifest::Manifest,
     rollout,
     state::State,
-    wait::workload::{self, Want},
+    wait::workload::{self, WaitOptions, Want},
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -43,13 +41,14 @@ pub async fn wait(
     config: &Config,
     manifests: &[Manifest],
     state: &State,
-    timeout: Duration,
+    options: &WaitOptions,
 ) -> Result<(), Error> {
+    let timeout = options.timeout;
     let components = config.components.keys().map(|name| async move {
         let digest = state.images.get(name).map(|p| p.digest.as_str());
         let result = async {
             let rolled = rollout::roll(client, config, name, None, digest, false, timeout).await?;
-            rollout::wait(client, &rolled, timeout).await
+            rollout::wait(client, &rolled, options).await
         }
         .await;
         result.err().map(|source| Failure::Component {
@@ -58,7 +57,7 @@ pub async fn wait(
         })
     });
     let others = other_deployments(config, manifests).map(|want| async move {
-        workload::deployment(client, &want, timeout)
+        workload::deployment(client, &want, options)
             .await
             .err()
             .map(|source| Failure::Deployment { source })

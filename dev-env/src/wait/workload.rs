@@ -13,26 +13,40 @@
 //! A pod of the new ReplicaSet stuck on a reason that will not fix itself
 //! (`ErrImagePull`, `CrashLoopBackOff`, …) fails the wait at once, with the
 //! pod, container, reason, message and its last log lines.
+//!
+//! A pod of the new ReplicaSet that does not start (unscheduled, or stuck
+//! in `ContainerCreating`) for longer than the pending grace fails the wait
+//! with its conditions and Events (`pending`). Watch errors and a node that
+//! stops running end the wait early too (`watch`).
+
+mod pending;
+mod watch;
 
 use std::{collections::BTreeMap, fmt, time::Duration};
 
-use futures::{StreamExt, stream::BoxStream};
-use k8s_openapi::api::{
-    apps::v1::{Deployment, ReplicaSet},
-    core::v1::Pod,
+use futures::stream::SelectAll;
+use k8s_openapi::{
+    api::{
+        apps::v1::{Deployment, ReplicaSet},
+        core::v1::Pod,
+    },
+    jiff::Timestamp,
 };
 use kube::{
     Api, Client, ResourceExt,
     api::{DynamicObject, LogParams},
     discovery::ApiResource,
-    runtime::{
-        WatchStreamExt,
-        reflector::{self, Store},
-        watcher,
-    },
+    runtime::{reflector::ObjectRef, watcher},
 };
 use serde_json::Value;
 use tokio::time::Instant;
+
+use self::watch::{Events, Watching, watch};
+pub use self::{
+    pending::{Unstarted, format_events, not_started, pending_for},
+    watch::{Class, classify, hint},
+};
+use crate::wait::node::{self, NodeProbe};
 
 /// Waiting reasons that fail a rollout at once.
 pub const FATAL_REASONS: &[&str] = &[
@@ -43,6 +57,10 @@ pub const FATAL_REASONS: &[&str] = &[
     "CreateContainerConfigError",
     "CreateContainerError",
 ];
+
+/// How long a pod of the new ReplicaSet may stay unscheduled or in
+/// `ContainerCreating` before the wait fails.
+pub const DEFAULT_PENDING_GRACE: Duration = Duration::from_secs(60);
 
 /// Log lines shown with a failing pod.
 const LOG_LINES: i64 = 20;
@@ -61,6 +79,19 @@ pub enum Error {
         message: String,
         logs: Option<String>,
     },
+    #[error(
+        "pod {namespace}/{pod} has not started after {} (the grace is {}s); fix what its events name, or give pods longer to start\nstate: {state}\nconditions: {conditions}\n{events}",
+        crate::wait::Elapsed(*pending), grace.as_secs()
+    )]
+    PodPending {
+        namespace: String,
+        pod: String,
+        pending: Duration,
+        grace: Duration,
+        state: String,
+        conditions: String,
+        events: String,
+    },
     #[error("{namespace}/{name} exceeded its progress deadline: {message}")]
     ProgressDeadline {
         namespace: String,
@@ -69,14 +100,63 @@ pub enum Error {
     },
     #[error("{what} was deleted while waiting")]
     Deleted { what: String },
-    #[error("timed out after {}s waiting for {what}; last observed:\n{last}", timeout.as_secs())]
+    #[error(
+        "timed out after {}s waiting for {what}; last observed:\n{last}{}",
+        timeout.as_secs(),
+        last_error.as_ref().map(|e| format!("\nlast watch error: {e}")).unwrap_or_default()
+    )]
     Timeout {
         what: String,
         timeout: Duration,
         last: String,
+        last_error: Option<String>,
     },
-    #[error("reading {what}: {}", crate::apply::api_error(error))]
-    Api { what: String, error: kube::Error },
+    #[error("watching {resource}: {message}; {hint}")]
+    Watch {
+        resource: String,
+        message: String,
+        hint: &'static str,
+        #[source]
+        source: watcher::Error,
+    },
+    #[error(transparent)]
+    Node(#[from] node::Error),
+}
+
+/// How a wait runs.
+#[derive(Debug, Clone)]
+pub struct WaitOptions {
+    /// When the wait gives up.
+    pub timeout: Duration,
+    /// How long a pod may stay unscheduled or in `ContainerCreating`.
+    pub pending_grace: Duration,
+    /// The node container to watch while waiting; `None` when the cluster
+    /// has none (`provider: existing`).
+    pub node: Option<NodeProbe>,
+}
+
+impl WaitOptions {
+    /// `timeout`, the default pending grace, and no node.
+    pub fn new(timeout: Duration) -> WaitOptions {
+        WaitOptions {
+            timeout,
+            pending_grace: DEFAULT_PENDING_GRACE,
+            node: None,
+        }
+    }
+
+    /// The same options, with `pending_grace`.
+    pub fn with_grace(self, pending_grace: Duration) -> WaitOptions {
+        WaitOptions {
+            pending_grace,
+            ..self
+        }
+    }
+
+    /// The same options, watching `node`.
+    pub fn with_node(self, node: Option<NodeProbe>) -> WaitOptions {
+        WaitOptions { node, ..self }
+    }
 }
 
 /// What to wait for.
@@ -104,70 +184,58 @@ pub struct Done {
 }
 
 /// Waits for the Deployment of `want` to complete with `want.digest`.
-pub async fn deployment(client: &Client, want: &Want, timeout: Duration) -> Result<Done, Error> {
-    let deadline = Instant::now() + timeout;
-    let what = format!("deployment {}/{}", want.namespace, want.deployment);
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &want.namespace);
-    let api_err = |source| Error::Api {
-        what: what.clone(),
-        error: source,
-    };
-    // The selector is immutable, so the pod and ReplicaSet watches can be
-    // set up from one read.
-    let first = match tokio::time::timeout_at(deadline, wait_exists(&deployments, &want.deployment))
-        .await
-    {
-        Ok(result) => result.map_err(api_err)?,
-        Err(_) => {
-            return Err(Error::Timeout {
-                what,
-                timeout,
-                last: String::from("the deployment does not exist"),
-            });
+pub async fn deployment(
+    client: &Client,
+    want: &Want,
+    options: &WaitOptions,
+) -> Result<Done, Error> {
+    let (ns, name) = (&want.namespace, &want.deployment);
+    let mut w = Watching::new(format!("deployment {ns}/{name}"), options);
+    let (deploy_store, deploy_events) = watch(
+        Api::<Deployment>::namespaced(client.clone(), ns),
+        watcher::Config::default().fields(&format!("metadata.name={name}")),
+        format!("Deployment {ns}/{name}"),
+        (),
+    );
+    let mut events: SelectAll<Events> = SelectAll::new();
+    events.push(deploy_events);
+    let key = ObjectRef::new(name).within(ns);
+    w.last = String::from("the deployment does not exist");
+    // The selector is immutable, so the pod and ReplicaSet watches are set
+    // up from the first sight of the Deployment.
+    let first = loop {
+        w.next(&mut events).await?;
+        if let Some(deploy) = deploy_store.get(&key) {
+            break deploy;
         }
     };
     let selector = selector_of(&first);
-
-    let (deploy_store, deploy_events) = watch(
-        deployments,
-        watcher::Config::default().fields(&format!("metadata.name={}", want.deployment)),
-    );
     let (rs_store, rs_events) = watch(
-        Api::<ReplicaSet>::namespaced(client.clone(), &want.namespace),
+        Api::<ReplicaSet>::namespaced(client.clone(), ns),
         watcher::Config::default().labels(&selector),
+        format!("ReplicaSets in {ns} ({selector})"),
+        (),
     );
     let (pod_store, pod_events) = watch(
-        Api::<Pod>::namespaced(client.clone(), &want.namespace),
+        Api::<Pod>::namespaced(client.clone(), ns),
         watcher::Config::default().labels(&selector),
+        format!("Pods in {ns} ({selector})"),
+        (),
     );
-    let mut events = futures::stream::select_all([deploy_events, rs_events, pod_events]);
+    events.push(rs_events);
+    events.push(pod_events);
 
-    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &want.namespace);
-    let mut last = String::from("nothing observed yet");
-    let mut seen_deployment = false;
+    let mut clock = pending::Clock::default();
     loop {
-        let tick = tokio::time::timeout_at(deadline, events.next()).await;
-        match tick {
-            Err(_) | Ok(None) => {
-                return Err(Error::Timeout {
-                    what,
-                    timeout,
-                    last,
-                });
-            }
-            Ok(Some(_)) => {}
-        }
-        let Some(deploy) =
-            deploy_store.get(&reflector::ObjectRef::new(&want.deployment).within(&want.namespace))
-        else {
-            if seen_deployment {
-                return Err(Error::Deleted { what });
-            }
-            continue;
+        w.next(&mut events).await?;
+        let Some(deploy) = deploy_store.get(&key) else {
+            return Err(Error::Deleted {
+                what: w.what().to_string(),
+            });
         };
-        seen_deployment = true;
-        let verdict = evaluate(&deploy, &rs_store.state(), &pod_store.state(), want);
-        last = verdict.to_string();
+        let (replica_sets, pods) = (rs_store.state(), pod_store.state());
+        let verdict = evaluate(&deploy, &replica_sets, &pods, want);
+        w.last = verdict.to_string();
         match verdict {
             Verdict::Done { pods, last_ready } => {
                 return Ok(Done {
@@ -176,40 +244,77 @@ pub async fn deployment(client: &Client, want: &Want, timeout: Duration) -> Resu
                     last_ready,
                 });
             }
-            Verdict::Pending(_) => {}
+            Verdict::Pending(_) => {
+                let stuck = unstarted(&deploy, &replica_sets, &pods);
+                let grace = options.pending_grace;
+                if let Some((pod, pending)) =
+                    clock.overdue(stuck, grace, Instant::now(), Timestamp::now())
+                {
+                    return Err(pod_pending(client, ns, pod, pending, grace).await);
+                }
+            }
             Verdict::ProgressDeadline(message) => {
                 return Err(Error::ProgressDeadline {
-                    namespace: want.namespace.clone(),
-                    name: want.deployment.clone(),
+                    namespace: ns.clone(),
+                    name: name.clone(),
                     message,
                 });
             }
-            Verdict::PodFailed {
-                pod,
-                container,
-                reason,
-                message,
-            } => {
-                let params = LogParams {
-                    container: Some(container.clone()),
-                    tail_lines: Some(LOG_LINES),
-                    ..LogParams::default()
-                };
-                let logs = pods_api
-                    .logs(&pod, &params)
-                    .await
-                    .ok()
-                    .filter(|l| !l.trim().is_empty());
-                return Err(Error::PodFailed {
-                    namespace: want.namespace.clone(),
-                    pod,
-                    container,
-                    reason,
-                    message,
-                    logs,
-                });
+            failed @ Verdict::PodFailed { .. } => {
+                return Err(pod_failed(client, ns, failed).await);
             }
         }
+    }
+}
+
+/// The error of a pod that did not start within the grace, with its events.
+async fn pod_pending(
+    client: &Client,
+    namespace: &str,
+    pod: Unstarted,
+    pending: Duration,
+    grace: Duration,
+) -> Error {
+    let events = pending::events_of(client, namespace, &pod.pod).await;
+    Error::PodPending {
+        namespace: namespace.to_string(),
+        pod: pod.pod,
+        pending,
+        grace,
+        state: pod.state,
+        conditions: pod.conditions,
+        events,
+    }
+}
+
+/// The error of a pod stuck on a fatal reason, with its last log lines.
+async fn pod_failed(client: &Client, namespace: &str, verdict: Verdict) -> Error {
+    let Verdict::PodFailed {
+        pod,
+        container,
+        reason,
+        message,
+    } = verdict
+    else {
+        unreachable!("called with a failed pod's verdict only");
+    };
+    let params = LogParams {
+        container: Some(container.clone()),
+        tail_lines: Some(LOG_LINES),
+        ..LogParams::default()
+    };
+    let logs = Api::<Pod>::namespaced(client.clone(), namespace)
+        .logs(&pod, &params)
+        .await
+        .ok()
+        .filter(|l| !l.trim().is_empty());
+    Error::PodFailed {
+        namespace: namespace.to_string(),
+        pod,
+        container,
+        reason,
+        message,
+        logs,
     }
 }
 
@@ -220,44 +325,6 @@ pub fn selector_of(deploy: &Deployment) -> String {
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(",")
-}
-
-async fn wait_exists(api: &Api<Deployment>, name: &str) -> Result<Deployment, kube::Error> {
-    let mut stream = watcher(
-        api.clone(),
-        watcher::Config::default().fields(&format!("metadata.name={name}")),
-    )
-    .applied_objects()
-    .boxed();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(deploy) => return Ok(deploy),
-            // The watcher retries on its own; errors here are transient.
-            Err(_) => continue,
-        }
-    }
-    api.get(name).await
-}
-
-type Events = BoxStream<'static, ()>;
-
-/// A reflector over `api`: its store, and a stream that yields once per
-/// change. Watch errors are retried with backoff by the watcher.
-fn watch<K>(api: Api<K>, config: watcher::Config) -> (Store<K>, Events)
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config).default_backoff())
-        .map(|_| ())
-        .boxed();
-    (reader, stream)
 }
 
 /// One look at the rollout.
@@ -324,35 +391,61 @@ pub fn evaluate(
     {
         return Verdict::ProgressDeadline(cond.message.clone().unwrap_or_default());
     }
-    let revision = deploy.annotations().get(REVISION);
-    let uid = deploy.metadata.uid.as_deref();
-    let new_rs = replica_sets.iter().find(|rs| {
-        rs.annotations().get(REVISION) == revision
-            && rs
-                .owner_references()
-                .iter()
-                .any(|o| Some(o.uid.as_str()) == uid && o.controller == Some(true))
-    });
-    let Some(new_rs) = new_rs else {
+    let Some(new_rs) = new_replica_set(deploy, replica_sets) else {
         return Verdict::Pending(format!(
             "waiting for the new ReplicaSet (revision {})",
-            revision.map_or("?", |r| r)
+            deploy.annotations().get(REVISION).map_or("?", |r| r)
         ));
     };
-    let hash = new_rs
-        .labels()
-        .get("pod-template-hash")
-        .cloned()
-        .unwrap_or_default();
-    let new_pods: Vec<&Pod> = pods
+    let hash = template_hash(new_rs);
+    let new_pods = pods_of(&hash, pods);
+    if let Some(failed) = fatal_waiting(&new_pods) {
+        return failed;
+    }
+    let name = deploy.name_any();
+    if let Some(pending) = counts_pending(&name, spec_replicas, &status) {
+        return pending;
+    }
+    let (ready, last_ready, waiting_on) = ready_with_digest(&new_pods, want);
+    if (ready.len() as i32) < spec_replicas {
+        let detail: Vec<String> = waiting_on
+            .iter()
+            .map(|(p, why)| format!("{p}: {why}"))
+            .collect();
+        return Verdict::Pending(format!(
+            "{name}: {} of {spec_replicas} pods of ReplicaSet {} ready with the pushed image{}{}",
+            ready.len(),
+            new_rs.name_any(),
+            if detail.is_empty() { "" } else { "; " },
+            detail.join("; ")
+        ));
+    }
+    // Old pods count as gone for kubectl once they terminate; the pushed
+    // code is the only code running only once they have stopped.
+    let mut old: Vec<String> = pods
         .iter()
-        .map(AsRef::as_ref)
-        .filter(|p| {
-            p.labels().get("pod-template-hash") == Some(&hash)
-                && p.metadata.deletion_timestamp.is_none()
-        })
+        .filter(|p| p.labels().get("pod-template-hash") != Some(&hash))
+        .map(|p| p.name_any())
         .collect();
-    for pod in &new_pods {
+    if !old.is_empty() {
+        old.sort();
+        return Verdict::Pending(format!(
+            "{name}: {} old pod(s) still terminating: {}",
+            old.len(),
+            old.join(", ")
+        ));
+    }
+
+    Verdict::Done {
+        pods: ready,
+        last_ready,
+    }
+}
+
+/// The first container of `new_pods` waiting on a reason in
+/// [`FATAL_REASONS`], as a verdict.
+fn fatal_waiting(new_pods: &[&Pod]) -> Option<Verdict> {
+    for pod in new_pods {
         let statuses = pod.status.iter().flat_map(|s| {
             s.init_container_statuses
                 .iter()
@@ -364,41 +457,58 @@ pub fn evaluate(
                 && let Some(reason) = waiting.reason.as_deref()
                 && FATAL_REASONS.contains(&reason)
             {
-                return Verdict::PodFailed {
+                return Some(Verdict::PodFailed {
                     pod: pod.name_any(),
                     container: cs.name.clone(),
                     reason: reason.to_string(),
                     message: waiting.message.clone().unwrap_or_default(),
-                };
+                });
             }
         }
     }
 
+    None
+}
+
+/// kubectl's rule on the Deployment's counts; `None` once it holds.
+fn counts_pending(
+    name: &str,
+    spec_replicas: i32,
+    status: &k8s_openapi::api::apps::v1::DeploymentStatus,
+) -> Option<Verdict> {
     let updated = status.updated_replicas.unwrap_or(0);
     let replicas = status.replicas.unwrap_or(0);
     let available = status.available_replicas.unwrap_or(0);
-    let name = deploy.name_any();
     if updated < spec_replicas {
-        return Verdict::Pending(format!(
+        return Some(Verdict::Pending(format!(
             "{name}: {updated} out of {spec_replicas} new replicas have been updated"
-        ));
+        )));
     }
     if replicas > updated {
-        return Verdict::Pending(format!(
+        return Some(Verdict::Pending(format!(
             "{name}: {} old replicas are pending termination",
             replicas - updated
-        ));
+        )));
     }
     if available < updated {
-        return Verdict::Pending(format!(
+        return Some(Verdict::Pending(format!(
             "{name}: {available} of {updated} updated replicas are available"
-        ));
+        )));
     }
 
+    None
+}
+
+/// The Ready pods among `new_pods` that run the wanted digest (sorted),
+/// the latest `Ready` transition among them, and why each other is not.
+fn ready_with_digest(
+    new_pods: &[&Pod],
+    want: &Want,
+) -> (Vec<String>, Option<String>, BTreeMap<String, String>) {
     let mut ready = Vec::new();
     let mut last_ready: Option<String> = None;
     let mut waiting_on = BTreeMap::new();
-    for pod in &new_pods {
+    for pod in new_pods {
         let ready_cond = pod
             .status
             .as_ref()
@@ -434,40 +544,58 @@ pub fn evaluate(
         }
         ready.push(pod.name_any());
     }
-    if (ready.len() as i32) < spec_replicas {
-        let detail: Vec<String> = waiting_on
-            .iter()
-            .map(|(p, why)| format!("{p}: {why}"))
-            .collect();
-        return Verdict::Pending(format!(
-            "{name}: {} of {spec_replicas} pods of ReplicaSet {} ready with the pushed image{}{}",
-            ready.len(),
-            new_rs.name_any(),
-            if detail.is_empty() { "" } else { "; " },
-            detail.join("; ")
-        ));
-    }
-    // Old pods count as gone for kubectl once they terminate; the pushed
-    // code is the only code running only once they have stopped.
-    let mut old: Vec<String> = pods
-        .iter()
-        .filter(|p| p.labels().get("pod-template-hash") != Some(&hash))
-        .map(|p| p.name_any())
-        .collect();
-    if !old.is_empty() {
-        old.sort();
-        return Verdict::Pending(format!(
-            "{name}: {} old pod(s) still terminating: {}",
-            old.len(),
-            old.join(", ")
-        ));
-    }
-
     ready.sort();
-    Verdict::Done {
-        pods: ready,
-        last_ready,
-    }
+    (ready, last_ready, waiting_on)
+}
+
+/// The Deployment's ReplicaSet for its current revision, once it exists.
+fn new_replica_set<'a>(
+    deploy: &Deployment,
+    replica_sets: &'a [std::sync::Arc<ReplicaSet>],
+) -> Option<&'a ReplicaSet> {
+    let revision = deploy.annotations().get(REVISION);
+    let uid = deploy.metadata.uid.as_deref();
+    replica_sets.iter().map(AsRef::as_ref).find(|rs| {
+        rs.annotations().get(REVISION) == revision
+            && rs
+                .owner_references()
+                .iter()
+                .any(|o| Some(o.uid.as_str()) == uid && o.controller == Some(true))
+    })
+}
+
+fn template_hash(rs: &ReplicaSet) -> String {
+    rs.labels()
+        .get("pod-template-hash")
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// The non-terminating pods of the ReplicaSet whose template hash is `hash`.
+fn pods_of<'a>(hash: &str, pods: &'a [std::sync::Arc<Pod>]) -> Vec<&'a Pod> {
+    pods.iter()
+        .map(AsRef::as_ref)
+        .filter(|p| {
+            p.labels().get("pod-template-hash").map(String::as_str) == Some(hash)
+                && p.metadata.deletion_timestamp.is_none()
+        })
+        .collect()
+}
+
+/// The pods of the new ReplicaSet that have not started (see
+/// [`not_started`]). Pure, so it is tested on fixtures.
+pub fn unstarted(
+    deploy: &Deployment,
+    replica_sets: &[std::sync::Arc<ReplicaSet>],
+    pods: &[std::sync::Arc<Pod>],
+) -> Vec<Unstarted> {
+    let Some(new_rs) = new_replica_set(deploy, replica_sets) else {
+        return Vec::new();
+    };
+    pods_of(&template_hash(new_rs), pods)
+        .into_iter()
+        .filter_map(not_started)
+        .collect()
 }
 
 /// The `sha256:<hex>` part of an `imageID` such as
@@ -486,48 +614,91 @@ pub async fn worker_pool(
     namespace: &str,
     name: &str,
     generation: i64,
-    timeout: Duration,
+    options: &WaitOptions,
 ) -> Result<(), Error> {
-    let what = format!(
-        "{} {namespace}/{name} (generation {generation})",
-        resource.kind
+    let pool = Pool {
+        resource,
+        namespace,
+        name,
+        generation,
+    };
+    watch_pool(client, &pool, options, pool_converged).await
+}
+
+/// Waits for a WorkerPool's controller to observe `generation`: from then
+/// on, the Deployment it owns carries that generation's template, so a
+/// wait on the Deployment cannot mistake the previous rollout for this one.
+pub async fn worker_pool_observed(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: &str,
+    name: &str,
+    generation: i64,
+    options: &WaitOptions,
+) -> Result<(), Error> {
+    let pool = Pool {
+        resource,
+        namespace,
+        name,
+        generation,
+    };
+    watch_pool(client, &pool, options, pool_observed).await
+}
+
+struct Pool<'a> {
+    resource: &'a ApiResource,
+    namespace: &'a str,
+    name: &'a str,
+    generation: i64,
+}
+
+/// Watches a WorkerPool until `done` says so, failing at once on a
+/// progress deadline.
+async fn watch_pool(
+    client: &Client,
+    pool: &Pool<'_>,
+    options: &WaitOptions,
+    done: fn(&Value, i64) -> (bool, String),
+) -> Result<(), Error> {
+    let Pool {
+        resource,
+        namespace,
+        name,
+        generation,
+    } = *pool;
+    let kind = &resource.kind;
+    let mut w = Watching::new(
+        format!("{kind} {namespace}/{name} (generation {generation})"),
+        options,
     );
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
-    let mut stream = watcher(
-        api,
+    let (store, pool_events) = watch(
+        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, resource),
         watcher::Config::default().fields(&format!("metadata.name={name}")),
-    )
-    .default_backoff()
-    .applied_objects()
-    .boxed();
-    let deadline = Instant::now() + timeout;
-    let mut last = String::from("nothing observed yet");
+        format!("{kind} {namespace}/{name}"),
+        resource.clone(),
+    );
+    let mut events: SelectAll<Events> = SelectAll::new();
+    events.push(pool_events);
+    let key = ObjectRef::new_with(name, resource.clone()).within(namespace);
     loop {
-        match tokio::time::timeout_at(deadline, stream.next()).await {
-            Err(_) | Ok(None) => {
-                return Err(Error::Timeout {
-                    what,
-                    timeout,
-                    last,
-                });
-            }
-            Ok(Some(Err(_))) => continue,
-            Ok(Some(Ok(pool))) => {
-                // The controller reports a Deployment that ran out of time as
-                // Progressing with that reason: fail at once.
-                if let Some(message) = progress_deadline_exceeded(&pool.data) {
-                    return Err(Error::ProgressDeadline {
-                        namespace: namespace.to_string(),
-                        name: name.to_string(),
-                        message,
-                    });
-                }
-                let (done, seen) = pool_converged(&pool.data, generation);
-                last = seen;
-                if done {
-                    return Ok(());
-                }
-            }
+        w.next(&mut events).await?;
+        let Some(pool) = store.get(&key) else {
+            w.last = format!("the {kind} does not exist");
+            continue;
+        };
+        // The controller reports a Deployment that ran out of time as
+        // Progressing with that reason: fail at once.
+        if let Some(message) = progress_deadline_exceeded(&pool.data) {
+            return Err(Error::ProgressDeadline {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                message,
+            });
+        }
+        let (finished, seen) = done(&pool.data, generation);
+        w.last = seen;
+        if finished {
+            return Ok(());
         }
     }
 }
@@ -540,6 +711,19 @@ pub fn progress_deadline_exceeded(data: &Value) -> Option<String> {
         .iter()
         .find(|c| c["type"] == "Progressing" && c["reason"] == "ProgressDeadlineExceeded")
         .map(|c| c["message"].as_str().unwrap_or_default().to_string())
+}
+
+/// Whether a WorkerPool's controller has observed `generation`, and what
+/// its status says.
+pub fn pool_observed(data: &Value, generation: i64) -> (bool, String) {
+    let observed = data
+        .pointer("/status/observedGeneration")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    (
+        observed >= generation,
+        format!("observedGeneration {observed} (want >= {generation})"),
+    )
 }
 
 /// Whether a WorkerPool's status says the rollout of `generation` is

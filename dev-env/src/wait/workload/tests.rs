@@ -2,6 +2,8 @@ use std::sync::Arc;
 
 use serde_json::json;
 
+use k8s_openapi::api::core::v1::Event;
+
 use super::*;
 
 const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
@@ -215,6 +217,9 @@ fn a_pool_converges_only_for_the_asked_generation() {
     assert!(!pool_converged(&pool(4, "True"), 4).0);
     let (done, seen) = pool_converged(&pool(4, "False"), 4);
     assert!(done, "{seen}");
+    // Observed is enough to trust the Deployment, not to be done.
+    assert!(pool_observed(&pool(4, "True"), 4).0);
+    assert!(!pool_observed(&pool(3, "False"), 4).0);
 }
 
 #[test]
@@ -226,4 +231,227 @@ fn a_pool_past_its_progress_deadline_is_reported() {
         Some(String::from("too slow"))
     );
     assert_eq!(progress_deadline_exceeded(&json!({"status": {}})), None);
+}
+
+fn unstarted_pod(name: &str, hash: &str, status: serde_json::Value) -> Arc<Pod> {
+    Arc::new(
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "demo", "creationTimestamp": "2026-11-29T15:00:00Z",
+                         "labels": {"app": "web", "pod-template-hash": hash}},
+            "spec": {"nodeName": "node-0", "containers": [{"name": "app"}]},
+            "status": status,
+        }))
+        .unwrap(),
+    )
+}
+
+fn creating() -> serde_json::Value {
+    json!({"phase": "Pending",
+           "conditions": [{"type": "PodScheduled", "status": "True"},
+                          {"type": "Ready", "status": "False", "reason": "ContainersNotReady",
+                           "message": "containers with unready status: [app]"}],
+           "containerStatuses": [{"name": "app", "image": "x", "imageID": "", "ready": false,
+                                  "restartCount": 0, "state": {"waiting": {"reason": "ContainerCreating"}}}]})
+}
+
+#[test]
+fn pods_stuck_creating_or_unscheduled_have_not_started_and_running_ones_have() {
+    let stuck = not_started(&unstarted_pod("a", "new", creating())).expect("not started");
+    assert_eq!(stuck.pod, "a");
+    assert_eq!(
+        stuck.state,
+        "Pending, container app waiting in ContainerCreating"
+    );
+    assert_eq!(
+        stuck.conditions,
+        "PodScheduled=True, Ready=False (ContainersNotReady: containers with unready status: [app])"
+    );
+    assert_eq!(stuck.created, Some("2026-11-29T15:00:00Z".parse().unwrap()));
+
+    let unscheduled = unstarted_pod(
+        "b",
+        "new",
+        json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+               "reason": "Unschedulable", "message": "0/1 nodes are available: 1 node(s) had untolerated taint"}]}),
+    );
+    assert_eq!(
+        not_started(&unscheduled).unwrap().state,
+        "Pending, not scheduled: Unschedulable: 0/1 nodes are available: 1 node(s) had untolerated taint"
+    );
+
+    // Started, failing fast elsewhere, or running an init container: not
+    // a start that hangs.
+    assert_eq!(not_started(&pod("c", "new", false, "", false)), None);
+    let mut pulling = creating();
+    pulling["containerStatuses"][0]["state"] = json!({"waiting": {"reason": "ErrImagePull"}});
+    assert_eq!(not_started(&unstarted_pod("d", "new", pulling)), None);
+    let mut initializing = creating();
+    initializing["containerStatuses"][0]["state"] =
+        json!({"waiting": {"reason": "PodInitializing"}});
+    initializing["initContainerStatuses"] = json!([{"name": "init", "image": "x", "imageID": "",
+        "ready": false, "restartCount": 0, "state": {"running": {}}}]);
+    assert_eq!(not_started(&unstarted_pod("e", "new", initializing)), None);
+}
+
+#[test]
+fn only_pods_of_the_new_replica_set_are_judged_for_the_grace() {
+    let rs = [
+        replica_set("web-old", "1", "old"),
+        replica_set("web-new", "2", "new"),
+    ];
+    let pods = [
+        unstarted_pod("old-a", "old", creating()),
+        unstarted_pod("new-a", "new", creating()),
+        pod("new-b", "new", true, &image(DIGEST), false),
+    ];
+    let deploy = deployment(2, 2, (3, 2, 1), "ReplicaSetUpdated");
+    let found: Vec<String> = unstarted(&deploy, &rs, &pods)
+        .into_iter()
+        .map(|u| u.pod)
+        .collect();
+    assert_eq!(found, vec![String::from("new-a")]);
+}
+
+#[test]
+fn pending_time_runs_from_the_later_of_creation_and_first_sight() {
+    let now: Timestamp = "2026-11-29T15:02:00Z".parse().unwrap();
+    let created = Some("2026-11-29T15:00:00Z".parse().unwrap());
+    let secs = Duration::from_secs;
+    // Created two minutes ago, seen for five seconds: five seconds.
+    assert_eq!(pending_for(created, now, secs(5)), secs(5));
+    // Seen for longer than it exists (a cluster clock ahead): its age.
+    let recent = Some("2026-11-29T15:01:58Z".parse().unwrap());
+    assert_eq!(pending_for(recent, now, secs(30)), secs(2));
+    // Created "in the future": not pending yet.
+    let ahead = Some("2026-11-29T15:03:00Z".parse().unwrap());
+    assert_eq!(pending_for(ahead, now, secs(30)), secs(0));
+    assert_eq!(pending_for(None, now, secs(7)), secs(7));
+}
+
+#[test]
+fn the_clock_reports_a_pod_only_once_it_was_pending_past_the_grace() {
+    let grace = Duration::from_secs(60);
+    let wall: Timestamp = "2026-11-29T16:00:00Z".parse().unwrap();
+    let stuck = || vec![not_started(&unstarted_pod("a", "new", creating())).unwrap()];
+    let t0 = Instant::now();
+    let mut clock = pending::Clock::default();
+    assert_eq!(clock.overdue(stuck(), grace, t0, wall), None);
+    assert_eq!(
+        clock.overdue(stuck(), grace, t0 + Duration::from_secs(59), wall),
+        None
+    );
+    let (pod, pending) = clock
+        .overdue(stuck(), grace, t0 + Duration::from_secs(61), wall)
+        .expect("overdue");
+    assert_eq!((pod.pod.as_str(), pending), ("a", Duration::from_secs(61)));
+    // A pod that started in between is forgotten: its time starts again.
+    let t1 = t0 + Duration::from_secs(62);
+    assert_eq!(clock.overdue(Vec::new(), grace, t1, wall), None);
+    assert_eq!(
+        clock.overdue(stuck(), grace, t1 + Duration::from_secs(1), wall),
+        None
+    );
+}
+
+#[test]
+fn events_are_shown_oldest_first_with_type_reason_count_and_message() {
+    let event = |reason: &str, at: &str, count: i32| -> Event {
+        serde_json::from_value(json!({
+            "metadata": {"name": reason, "namespace": "demo"},
+            "involvedObject": {"kind": "Pod", "name": "a"},
+            "type": "Warning", "reason": reason, "message": format!("{reason} happened"),
+            "count": count, "lastTimestamp": at,
+        }))
+        .unwrap()
+    };
+    let shown = format_events(vec![
+        event("FailedMount", "2026-11-29T15:00:05Z", 3),
+        event("Scheduled", "2026-11-29T15:00:00Z", 1),
+    ]);
+    assert_eq!(
+        shown,
+        "events:\n  Warning Scheduled (x1): Scheduled happened\n  Warning FailedMount (x3): FailedMount happened"
+    );
+    assert_eq!(
+        format_events(Vec::new()),
+        "no events were recorded about it"
+    );
+}
+
+fn status(code: u16, reason: &str, message: &str) -> Box<kube::core::Status> {
+    kube::core::Status::failure(message, reason)
+        .with_code(code)
+        .boxed()
+}
+
+#[test]
+fn watch_errors_that_waiting_cannot_fix_are_fatal_and_connection_errors_are_not() {
+    use kube::runtime::watcher::Error as W;
+    let forbidden = W::InitialListFailed(kube::Error::Api(status(
+        403,
+        "Forbidden",
+        "pods is forbidden: User \"dev\" cannot list resource \"pods\"",
+    )));
+    assert_eq!(
+        classify(&forbidden),
+        Class::Fatal {
+            code: 403,
+            message: String::from(
+                "pods is forbidden: User \"dev\" cannot list resource \"pods\" (403 Forbidden)"
+            )
+        }
+    );
+    for code in [400, 401, 404, 422] {
+        assert!(
+            matches!(classify(&W::WatchError(status(code, "R", "m"))), Class::Fatal { code: c, .. } if c == code),
+            "{code}"
+        );
+    }
+    assert_eq!(
+        classify(&W::WatchError(status(410, "Expired", "too old"))),
+        Class::Expired
+    );
+    for code in [429, 500, 503] {
+        assert_eq!(
+            classify(&W::WatchStartFailed(kube::Error::Api(status(
+                code, "R", "m"
+            )))),
+            Class::Transient
+        );
+    }
+    let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+    assert_eq!(
+        classify(&W::WatchFailed(kube::Error::Service(Box::new(refused)))),
+        Class::Transient
+    );
+    assert!(matches!(
+        classify(&W::NoResourceVersion),
+        Class::Fatal { code: 0, .. }
+    ));
+}
+
+#[test]
+fn a_refused_watch_and_a_timeout_say_what_was_watched_and_why() {
+    let err = Error::Watch {
+        resource: String::from("Pods in demo (app=web)"),
+        message: String::from("pods is forbidden (403 Forbidden)"),
+        hint: hint(403),
+        source: kube::runtime::watcher::Error::WatchError(status(403, "Forbidden", "m")),
+    };
+    assert_eq!(
+        err.to_string(),
+        "watching Pods in demo (app=web): pods is forbidden (403 Forbidden); the kubeconfig's user may not list and watch it; grant `list` and `watch` on it"
+    );
+    let timeout = Error::Timeout {
+        what: String::from("deployment demo/web"),
+        timeout: Duration::from_secs(5),
+        last: String::from("web: 0 out of 2 new replicas have been updated"),
+        last_error: Some(String::from(
+            "watching Pods in demo: client error (Connect)",
+        )),
+    };
+    assert_eq!(
+        timeout.to_string(),
+        "timed out after 5s waiting for deployment demo/web; last observed:\nweb: 0 out of 2 new replicas have been updated\nlast watch error: watching Pods in demo: client error (Connect)"
+    );
 }
