@@ -204,7 +204,8 @@ pub async fn apply_all(
         })
         .collect();
     let mut kinds = Kinds::default();
-    let deferred = validate(client, &mut kinds, &objects, Validation::Now).await?;
+    let declared = Declared::of(&objects);
+    let deferred = validate(client, &mut kinds, &objects, &declared, Validation::Now).await?;
 
     let (crds, rest): (Vec<&Object<'_>>, Vec<&Object<'_>>) = objects
         .iter()
@@ -217,7 +218,14 @@ pub async fn apply_all(
     wait_established(client, &names, timeout).await?;
     if !deferred.is_empty() {
         let deferred: Vec<Object<'_>> = deferred.into_iter().cloned().collect();
-        validate(client, &mut kinds, &deferred, Validation::Deferred).await?;
+        validate(
+            client,
+            &mut kinds,
+            &deferred,
+            &declared,
+            Validation::Deferred,
+        )
+        .await?;
     }
     for object in rest {
         applied.push(
@@ -266,14 +274,9 @@ async fn validate<'o, 'm>(
     client: &Client,
     kinds: &mut Kinds,
     objects: &'o [Object<'m>],
+    declared: &Declared,
     when: Validation,
 ) -> Result<Vec<&'o Object<'m>>, Error> {
-    let declared_kinds = declared_crd_kinds(objects);
-    let declared_namespaces: Vec<&str> = objects
-        .iter()
-        .filter(|o| o.manifest.phase() == Phase::Namespaces)
-        .map(|o| o.manifest.name.as_str())
-        .collect();
     let mut namespaces = Namespaces::new(client);
     let mut deferred = Vec::new();
     let mut problems = Vec::new();
@@ -283,7 +286,7 @@ async fn validate<'o, 'm>(
         // `default`: the server refuses a dry run in a namespace that does
         // not exist yet, and nothing it validates depends on which one.
         if let Some(ns) = object.manifest.namespace.as_deref()
-            && declared_namespaces.contains(&ns)
+            && declared.namespaces.iter().any(|n| n == ns)
             && !namespaces.exists(ns).await?
         {
             sent["metadata"]["namespace"] = Value::from("default");
@@ -296,7 +299,7 @@ async fn validate<'o, 'm>(
                 error,
             }),
             Err(Error::UnknownKind { .. })
-                if when == Validation::Now && declared_kinds.contains(&group_kind(&sent)) =>
+                if when == Validation::Now && declared.kinds.contains(&group_kind(&sent)) =>
             {
                 deferred.push(object);
             }
@@ -351,19 +354,34 @@ fn named_field(message: &str) -> Option<String> {
     Some(path.to_string())
 }
 
-/// `(group, kind)` of every custom resource the CRDs among `objects` define.
-fn declared_crd_kinds(objects: &[Object<'_>]) -> Vec<(String, String)> {
-    objects
-        .iter()
-        .filter(|o| o.manifest.phase() == Phase::CustomResourceDefinitions)
-        .filter_map(|o| {
-            let spec = &o.object["spec"];
-            Some((
-                spec["group"].as_str()?.to_string(),
-                spec["names"]["kind"].as_str()?.to_string(),
-            ))
-        })
-        .collect()
+/// What the whole set declares, which a dry run of one object cannot see.
+struct Declared {
+    /// `(group, kind)` of every custom resource its CRDs define.
+    kinds: Vec<(String, String)>,
+    /// The namespaces it creates.
+    namespaces: Vec<String>,
+}
+
+impl Declared {
+    fn of(objects: &[Object<'_>]) -> Declared {
+        let kinds = objects
+            .iter()
+            .filter(|o| o.manifest.phase() == Phase::CustomResourceDefinitions)
+            .filter_map(|o| {
+                let spec = &o.object["spec"];
+                Some((
+                    spec["group"].as_str()?.to_string(),
+                    spec["names"]["kind"].as_str()?.to_string(),
+                ))
+            })
+            .collect();
+        let namespaces = objects
+            .iter()
+            .filter(|o| o.manifest.phase() == Phase::Namespaces)
+            .map(|o| o.manifest.name.clone())
+            .collect();
+        Declared { kinds, namespaces }
+    }
 }
 
 fn group_kind(object: &Value) -> (String, String) {

@@ -422,13 +422,17 @@ impl Controller {
             runtime().block_on(async move {
                 // Started before `dev up`, which waits for the pool: it
                 // begins once the node has written its kubeconfig.
+                let mut stopped = stopped;
                 let client = loop {
                     if path.exists()
                         && let Ok(client) = dev_env::kubeconfig::client(&path, None).await
                     {
                         break client;
                     }
-                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    tokio::select! {
+                        _ = &mut stopped => return,
+                        () = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    }
                 };
                 controller_manager::run(client, async move {
                     let _ = stopped.await;
