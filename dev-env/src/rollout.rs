@@ -24,7 +24,7 @@ use crate::{
     config::{Component, Config, RolloutKind},
     wait::{
         self, Step,
-        workload::{self, WaitOptions, Want},
+        workload::{self, PoolGoal, WaitOptions, Want},
     },
 };
 
@@ -125,23 +125,14 @@ pub async fn wait(
         Some(pool) => {
             // Until the controller has observed the generation, the
             // Deployment may still show the previous rollout, complete.
-            workload::worker_pool_observed(
-                client,
-                &pool.resource,
-                &rolled.want.namespace,
-                &pool.name,
-                pool.generation,
-                options,
-            )
-            .await?;
-            let pool = workload::worker_pool(
-                client,
-                &pool.resource,
-                &rolled.want.namespace,
-                &pool.name,
-                pool.generation,
-                options,
-            );
+            let at = workload::PoolAt {
+                resource: &pool.resource,
+                namespace: &rolled.want.namespace,
+                name: &pool.name,
+                generation: pool.generation,
+            };
+            workload::worker_pool(client, at, PoolGoal::Observed, options).await?;
+            let pool = workload::worker_pool(client, at, PoolGoal::Converged, options);
             let (done, ()) = tokio::try_join!(deployment, pool)?;
             Ok(done)
         }

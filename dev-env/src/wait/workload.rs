@@ -605,62 +605,52 @@ pub fn digest_of(image_id: &str) -> Option<&str> {
     Some(&image_id[start..])
 }
 
-/// Waits for a WorkerPool to report `observedGeneration >= generation`
-/// with `Available=True` and `Progressing=False`: the controller's verdict
-/// on the rollout that `generation` asked for.
+/// A WorkerPool and the generation its controller must reach.
+#[derive(Debug, Clone, Copy)]
+pub struct PoolAt<'a> {
+    pub resource: &'a ApiResource,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub generation: i64,
+}
+
+/// What a wait on a WorkerPool waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolGoal {
+    /// The controller has observed the generation: from then on the
+    /// Deployment it owns carries that generation's template, so a wait on
+    /// the Deployment cannot mistake the previous rollout for this one.
+    Observed,
+    /// `observedGeneration >= generation` with `Available=True` and
+    /// `Progressing=False`: the controller's verdict on the rollout that
+    /// the generation asked for.
+    Converged,
+}
+
+/// Waits for `pool` to reach `goal`, failing at once on a progress
+/// deadline.
 pub async fn worker_pool(
     client: &Client,
-    resource: &ApiResource,
-    namespace: &str,
-    name: &str,
-    generation: i64,
+    pool: PoolAt<'_>,
+    goal: PoolGoal,
     options: &WaitOptions,
 ) -> Result<(), Error> {
-    let pool = Pool {
-        resource,
-        namespace,
-        name,
-        generation,
+    let done = match goal {
+        PoolGoal::Observed => pool_observed,
+        PoolGoal::Converged => pool_converged,
     };
-    watch_pool(client, &pool, options, pool_converged).await
-}
-
-/// Waits for a WorkerPool's controller to observe `generation`: from then
-/// on, the Deployment it owns carries that generation's template, so a
-/// wait on the Deployment cannot mistake the previous rollout for this one.
-pub async fn worker_pool_observed(
-    client: &Client,
-    resource: &ApiResource,
-    namespace: &str,
-    name: &str,
-    generation: i64,
-    options: &WaitOptions,
-) -> Result<(), Error> {
-    let pool = Pool {
-        resource,
-        namespace,
-        name,
-        generation,
-    };
-    watch_pool(client, &pool, options, pool_observed).await
-}
-
-struct Pool<'a> {
-    resource: &'a ApiResource,
-    namespace: &'a str,
-    name: &'a str,
-    generation: i64,
+    watch_pool(client, &pool, options, done).await
 }
 
 /// Watches a WorkerPool until `done` says so, failing at once on a
 /// progress deadline.
 async fn watch_pool(
     client: &Client,
-    pool: &Pool<'_>,
+    pool: &PoolAt<'_>,
     options: &WaitOptions,
     done: fn(&Value, i64) -> (bool, String),
 ) -> Result<(), Error> {
-    let Pool {
+    let PoolAt {
         resource,
         namespace,
         name,
