@@ -2,6 +2,33 @@
 
 use std::path::{Path, PathBuf};
 
+/// A reporter that prints every event on stderr, where the test harness
+/// shows it for a failing test.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stderr;
+
+impl dev_env::report::Reporter for Stderr {
+    fn report(&self, event: &dev_env::report::Event) {
+        eprintln!("{event}");
+    }
+}
+
+/// A reporter that keeps every event's line, for tests that assert what
+/// a command said.
+#[derive(Debug, Clone, Default)]
+pub struct Recorder {
+    pub lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl dev_env::report::Reporter for Recorder {
+    fn report(&self, event: &dev_env::report::Event) {
+        self.lines
+            .lock()
+            .expect("recorder lock")
+            .push(event.to_string());
+    }
+}
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

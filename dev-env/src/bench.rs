@@ -231,11 +231,10 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
         verbose: false,
         timeout: LOOP_TIMEOUT,
     };
-    let quiet = |_: &str| {};
     let up = |what: &'static str| {
         let config = &config;
         async move {
-            crate::lifecycle::up(config, options, &quiet)
+            crate::lifecycle::up(config, options, &crate::report::Silent)
                 .await
                 .map_err(|e| step(what)(e.to_string()))
         }
@@ -244,9 +243,13 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
     up("preparing the bench environment").await?;
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        crate::lifecycle::down(&config, crate::lifecycle::DownOptions::RESET_PURGE, &|_| {})
-            .await
-            .map_err(|e| step("dev reset")(e.to_string()))?;
+        crate::lifecycle::down(
+            &config,
+            crate::lifecycle::DownOptions::RESET_PURGE,
+            &crate::report::Silent,
+        )
+        .await
+        .map_err(|e| step("dev reset")(e.to_string()))?;
         let started = Instant::now();
         up("cold dev up").await?;
         cold.push(started.elapsed().as_secs_f64());
@@ -262,7 +265,8 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
     };
     let components = [String::from("app")];
     let push = || async {
-        let outcome = crate::deliver::push(&config, &components, flags, &Silent).await;
+        let outcome =
+            crate::deliver::push(&config, &components, flags, &crate::report::Silent).await;
         let outcome = outcome
             .map_err(|e| step("push-image")(e.to_string()))?
             .remove(0);
@@ -319,9 +323,13 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
         .zip(&baseline)
         .map(|(ours, theirs)| ours / theirs)
         .collect();
-    crate::lifecycle::down(&config, crate::lifecycle::DownOptions::RESET_PURGE, &|_| {})
-        .await
-        .map_err(|e| step("dev reset")(e.to_string()))?;
+    crate::lifecycle::down(
+        &config,
+        crate::lifecycle::DownOptions::RESET_PURGE,
+        &crate::report::Silent,
+    )
+    .await
+    .map_err(|e| step("dev reset")(e.to_string()))?;
     let mut figures = vec![
         Figure::of("cold dev up (images local)", "s", cold),
         Figure::of("warm dev up", "s", warm),
@@ -357,12 +365,6 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
 
 /// Deadline of each wait in the loop figures.
 const LOOP_TIMEOUT: Duration = Duration::from_secs(180);
-
-struct Silent;
-
-impl crate::deliver::Progress for Silent {
-    fn phase(&self, _: &str, _: crate::deliver::Phase, _: &str) {}
-}
 
 /// Resolves when an independent watch first sees only Ready pods of one
 /// template hash matching `selector` (the rollout done), with the instant.

@@ -11,7 +11,9 @@ use crate::{
     apply,
     config::{Config, Provider},
     image::{self, PushOptions, Pushed, distribution},
-    kubeconfig, lock, manifest, registry, rollout,
+    kubeconfig, lock, manifest, registry,
+    report::{Event, Phase, Reporter},
+    rollout,
     state::State,
     wait::{
         node::{self, NodeProbe},
@@ -37,27 +39,24 @@ pub enum Error {
     Node(#[from] node::Error),
 }
 
-/// The phases a component goes through, for progress display.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Build and push (with verification).
-    Push,
-    Rollout,
-    Wait,
-    Done,
-    Failed,
-}
-
-/// Where progress goes: a terminal UI, plain lines, or nowhere.
-pub trait Progress: Sync {
-    fn phase(&self, component: &str, phase: Phase, detail: &str);
-    /// Another run holds the environment's lock; this one waits for it.
-    fn waiting(&self, _waiting: &lock::Waiting) {}
+/// Tells `reporter` that `component` entered `phase`.
+fn tell(reporter: &dyn Reporter, component: &str, phase: Phase, detail: &str) {
+    reporter.report(&Event::Component {
+        component: component.to_string(),
+        phase,
+        detail: detail.to_string(),
+    });
 }
 
 /// Holds the environment's lock for a `push` or `reload`.
-async fn lock(config: &Config, progress: &dyn Progress) -> Result<lock::Lock, lock::Error> {
-    lock::environment(config, &|w| progress.waiting(w)).await
+async fn lock(config: &Config, reporter: &dyn Reporter) -> Result<lock::Lock, lock::Error> {
+    lock::environment(config, &|w| {
+        reporter.report(&Event::WaitingForLock {
+            env: w.env.clone(),
+            holder: w.holder,
+        })
+    })
+    .await
 }
 
 /// What happened to one component.
@@ -155,14 +154,14 @@ pub async fn push(
     config: &Config,
     components: &[String],
     flags: PushFlags,
-    progress: &dyn Progress,
+    reporter: &dyn Reporter,
 ) -> Result<Vec<Outcome>, Error> {
     let started = Instant::now();
-    let _lock = lock(config, progress).await?;
+    let _lock = lock(config, reporter).await?;
     let state = State::load(&config.state_dir())?;
     let registry = distribution::Client::new(&registry::host(config, &state)?);
     for name in components {
-        progress.phase(name, Phase::Push, "building");
+        tell(reporter, name, Phase::Push, "building");
     }
     let pushes = image::push_components(
         config,
@@ -188,11 +187,11 @@ pub async fn push(
                 } else {
                     Phase::Done
                 };
-                progress.phase(name, phase, &format!("pushed {}", p.digest));
+                tell(reporter, name, phase, &format!("pushed {}", p.digest));
                 pushed.push((outcomes.len(), p));
             }
             Err(e) => {
-                progress.phase(name, Phase::Failed, &e.to_string());
+                tell(reporter, name, Phase::Failed, &e.to_string());
                 outcome.error = Some(e.to_string());
             }
         }
@@ -212,7 +211,7 @@ pub async fn push(
                         Some(p.digest.clone()),
                         false,
                         options,
-                        progress,
+                        reporter,
                     )
                 });
                 for ((i, _), result) in pushed.iter().zip(futures::future::join_all(rolls).await) {
@@ -222,7 +221,12 @@ pub async fn push(
             Err(e) => {
                 for (i, _) in &pushed {
                     outcomes[*i].error = Some(e.to_string());
-                    progress.phase(&outcomes[*i].component, Phase::Failed, &e.to_string());
+                    tell(
+                        reporter,
+                        &outcomes[*i].component,
+                        Phase::Failed,
+                        &e.to_string(),
+                    );
                 }
             }
         }
@@ -239,11 +243,11 @@ pub async fn reload(
     config: &Config,
     components: &[String],
     timeout: Duration,
-    progress: &dyn Progress,
+    reporter: &dyn Reporter,
 ) -> Result<Vec<Outcome>, Error> {
     let started = Instant::now();
     let manifests = manifest::load(&config.manifests)?;
-    let _lock = lock(config, progress).await?;
+    let _lock = lock(config, reporter).await?;
     let state = State::load(&config.state_dir())?;
     let client = cluster_client(config).await?;
     let applied = apply::apply_all(
@@ -261,9 +265,9 @@ pub async fn reload(
     }
     let options = &wait_options(config, timeout).await;
     let rolls = components.iter().map(|name| {
-        progress.phase(name, Phase::Rollout, "restarting");
+        tell(reporter, name, Phase::Rollout, "restarting");
         let digest = state.images.get(name).map(|p| p.digest.clone());
-        roll_and_wait(&client, config, name, None, digest, true, options, progress)
+        roll_and_wait(&client, config, name, None, digest, true, options, reporter)
     });
     let results = futures::future::join_all(rolls).await;
     Ok(components
@@ -305,7 +309,7 @@ async fn roll_and_wait(
     digest: Option<String>,
     restart: bool,
     options: &WaitOptions,
-    progress: &dyn Progress,
+    reporter: &dyn Reporter,
 ) -> Result<Rolled, String> {
     let result = async {
         let rolled = rollout::roll(
@@ -323,7 +327,7 @@ async fn roll_and_wait(
         } else {
             "already runs this digest; checking pods"
         };
-        progress.phase(name, Phase::Wait, detail);
+        tell(reporter, name, Phase::Wait, detail);
         let wait_started = Instant::now();
         let done = rollout::wait(client, &rolled, options).await?;
         Ok::<_, rollout::Error>(Rolled {
@@ -335,13 +339,102 @@ async fn roll_and_wait(
     .await;
     match result {
         Ok(r) => {
-            progress.phase(name, Phase::Done, &format!("{} pod(s) ready", r.pods.len()));
+            tell(
+                reporter,
+                name,
+                Phase::Done,
+                &format!("{} pod(s) ready", r.pods.len()),
+            );
             Ok(r)
         }
         Err(e) => {
             let message = or_node_down(config, e.to_string()).await;
-            progress.phase(name, Phase::Failed, &message);
+            tell(reporter, name, Phase::Failed, &message);
             Err(message)
         }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    /// The result line of one component: digest, upload, rollout, timing.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let o = self;
+        let mut parts = vec![o.component.clone()];
+        if let Some(digest) = &o.digest {
+            parts.push(digest.clone());
+        }
+        if o.uploaded_bytes > 0 || o.skipped_blobs > 0 {
+            parts.push(format!(
+                "uploaded {}, {} blob(s) already there",
+                bytes(o.uploaded_bytes),
+                o.skipped_blobs
+            ));
+        }
+        if o.rolled_out {
+            parts.push(String::from("rolled out"));
+        } else if !o.pods.is_empty() {
+            parts.push(String::from("already running it"));
+        }
+        if !o.pods.is_empty() {
+            parts.push(format!(
+                "{} pod(s) ready in {:.1}s",
+                o.pods.len(),
+                o.wait_ms as f64 / 1000.0
+            ));
+        }
+        parts.push(format!("{:.1}s", o.elapsed_ms as f64 / 1000.0));
+        f.write_str(&parts.join("  "))
+    }
+}
+
+fn bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 => format!("{:.1} MB", n as f64 / f64::from(1 << 20)),
+        n if n >= 1 << 10 => format!("{:.1} kB", n as f64 / f64::from(1 << 10)),
+        n => format!("{n} B"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome() -> Outcome {
+        serde_json::from_value(serde_json::json!({
+            "component": "worker",
+            "image": "demo-registry:5000/demo/worker@sha256:ab",
+            "digest": "sha256:ab",
+            "uploadedBytes": 1536,
+            "skippedBlobs": 1,
+            "rolledOut": true,
+            "pods": ["w-1", "w-2"],
+            "waitMs": 1250,
+            "elapsedMs": 2500,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn summaries_carry_the_documented_fields() {
+        let o = outcome();
+        let json = serde_json::to_value(&o).unwrap();
+        for key in [
+            "component",
+            "image",
+            "digest",
+            "uploadedBytes",
+            "skippedBlobs",
+            "rolledOut",
+            "pods",
+            "waitMs",
+            "elapsedMs",
+        ] {
+            assert!(json.get(key).is_some(), "{key} missing from {json}");
+        }
+        assert!(json.get("error").is_none());
+        assert_eq!(
+            o.to_string(),
+            "worker  sha256:ab  uploaded 1.5 kB, 1 blob(s) already there  rolled out  2 pod(s) ready in 1.2s  2.5s"
+        );
     }
 }

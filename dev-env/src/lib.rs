@@ -1,7 +1,10 @@
 //! The Kubernetes inner dev loop as a library: the declared environment
 //! (`config`), the Docker objects that realise it, the registry, the
 //! cluster, images, rollouts and waits. The `xtask` binary is a thin command
-//! line over this crate.
+//! line over this crate. It never prints: what it has to say goes to a
+//! `report::Reporter`.
+
+#![warn(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod apply;
 pub mod bench;
@@ -19,6 +22,7 @@ pub mod ownership;
 pub mod plan;
 pub mod preflight;
 pub mod registry;
+pub mod report;
 pub mod rollout;
 pub mod state;
 pub mod status;

@@ -13,6 +13,7 @@
 
 mod converge;
 mod down;
+mod dry_run;
 mod node_image;
 
 use std::time::Duration;
@@ -21,6 +22,7 @@ use bollard::Docker;
 
 pub use self::{
     down::{DownOptions, DownReport, down},
+    dry_run::{DryRun, dry_run},
     node_image::{SIM_SOURCE_LABEL, build_sim_image, sim_source_hash, sim_workspace},
 };
 use crate::{
@@ -31,6 +33,7 @@ use crate::{
     image, kubeconfig, lock, manifest, network, ownership,
     plan::{self, Drift},
     registry,
+    report::{Event, Reporter, Step},
     state::State,
     wait::{node::NodeProbe, workload::WaitOptions},
 };
@@ -116,6 +119,34 @@ pub struct UpReport {
     pub applied: Vec<Applied>,
 }
 
+impl UpReport {
+    /// What `up` created, reused and changed, for `dev up --json`.
+    pub fn summary(&self) -> serde_json::Value {
+        let network = self.network.as_ref().and_then(network_step);
+        let node = self.node.as_ref().map(|(outcome, node)| {
+            serde_json::json!({
+                "container": node.container,
+                "step": node_step(outcome),
+                "apiPort": node.api_port,
+                "kubeconfig": node.host_kubeconfig,
+            })
+        });
+        serde_json::json!({
+            "network": network,
+            "registry": {"host": self.registry.host, "step": registry_step(&self.registry.action)},
+            "nodeImage": self.node_image.as_ref().map(|i| match i {
+                NodeImage::Present => "present",
+                NodeImage::Built => "built",
+                NodeImage::Pulled => "pulled",
+            }),
+            "node": node,
+            "recreated": self.recreated.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "pushed": self.pushed,
+            "applied": self.applied.iter().map(|a| serde_json::json!({"object": a.name, "changed": a.changed})).collect::<Vec<_>>(),
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NodeImage {
     Present,
@@ -174,7 +205,7 @@ fn registry_port(config: &Config, state: &State) -> Option<u16> {
 pub async fn up(
     config: &Config,
     options: UpOptions,
-    progress: &(dyn Fn(&str) + Sync),
+    reporter: &dyn Reporter,
 ) -> Result<UpReport, Error> {
     // Everything that can be wrong with the input is found before anything
     // is changed.
@@ -183,22 +214,21 @@ pub async fn up(
     // Read-only checks first: a refused run leaves not even a lock file.
     ownership::check(&docker, config).await?;
     crate::preflight::check(&docker, config).await?;
-    let _lock = lock::environment(config, &|waiting| progress(&waiting.to_string())).await?;
+    let _lock = lock::environment(config, &|w| reporter.report(&waiting(w))).await?;
 
     let drifts = drift(&docker, config).await?;
     if !drifts.is_empty() && !options.recreate {
         return Err(Error::Drift { drifts });
     }
-    remove_drifted(&docker, config, &drifts, progress).await?;
-    let network = ensure_network(&docker, config, progress).await?;
-    let registry = registry::ensure(&docker, config).await?;
-    progress(&format!(
-        "registry {}: {}",
-        registry.host,
-        describe_registry(&registry.action)
-    ));
-    let cluster = ensure_cluster(&docker, config, options, progress).await?;
-    let pushed = ensure_images(config, &registry, options, progress).await?;
+    remove_drifted(&docker, config, &drifts, reporter).await?;
+    let network = ensure_network(&docker, config, reporter).await?;
+    let registry = registry::ensure(&docker, config, reporter).await?;
+    reporter.report(&Event::Registry {
+        host: registry.host.clone(),
+        step: registry_step(&registry.action),
+    });
+    let cluster = ensure_cluster(&docker, config, options, reporter).await?;
+    let pushed = ensure_images(config, &registry, options, reporter).await?;
 
     let hosting = apply::local_registry_hosting(config, &registry.host);
     let mut applied = vec![apply::apply_value(&cluster.client, &hosting).await?];
@@ -213,10 +243,10 @@ pub async fn up(
         .await?,
     );
     let changed = applied.iter().filter(|a| a.changed).count();
-    progress(&format!(
-        "applied  {} objects ({changed} changed)",
-        applied.len()
-    ));
+    reporter.report(&Event::Applied {
+        objects: applied.len(),
+        changed,
+    });
     let probe = (config.cluster.provider != Provider::Existing).then(|| NodeProbe {
         docker: docker.clone(),
         container: config.node_name(),
@@ -242,10 +272,13 @@ async fn remove_drifted(
     docker: &Docker,
     config: &Config,
     drifts: &[Drift],
-    progress: &(dyn Fn(&str) + Sync),
+    reporter: &dyn Reporter,
 ) -> Result<(), Error> {
     for d in drifts {
-        progress(&format!("recreating {} `{}`", d.object, d.name));
+        reporter.report(&Event::Recreating {
+            object: d.object.to_string(),
+            name: d.name.clone(),
+        });
     }
     let network_drifted = drifts.iter().any(|d| d.object == "network");
     let drifted = |object: &str| network_drifted || drifts.iter().any(|d| d.object == object);
@@ -267,27 +300,27 @@ async fn remove_drifted(
 async fn ensure_network(
     docker: &Docker,
     config: &Config,
-    progress: &(dyn Fn(&str) + Sync),
+    reporter: &dyn Reporter,
 ) -> Result<Option<network::Outcome>, Error> {
     if !plan::needs_network(config) {
         return Ok(None);
     }
     let network = network::ensure(docker, &config.name, &plan::network_spec(config)).await?;
-    progress(&format!(
-        "network  {}: {}",
-        config.network.name,
-        describe_network(&network)
-    ));
+    if let Some(step) = network_step(&network) {
+        reporter.report(&Event::Network {
+            name: config.network.name.clone(),
+            step,
+        });
+    }
     if let network::Outcome::Drifted(d) = network {
         return Err(Error::Drift { drifts: vec![d] });
     }
     let attached = network::attach_environment(docker, config).await?;
     if !attached.is_empty() {
-        progress(&format!(
-            "network  {}: reattached {}",
-            config.network.name,
-            attached.join(", ")
-        ));
+        reporter.report(&Event::NetworkReattached {
+            name: config.network.name.clone(),
+            containers: attached,
+        });
     }
     Ok(Some(network))
 }
@@ -303,11 +336,13 @@ async fn ensure_cluster(
     docker: &Docker,
     config: &Config,
     options: UpOptions,
-    progress: &(dyn Fn(&str) + Sync),
+    reporter: &dyn Reporter,
 ) -> Result<Cluster, Error> {
     if config.cluster.provider == Provider::Existing {
         let context = config.cluster.context.as_deref().unwrap_or_default();
-        progress(&format!("cluster  existing context `{context}`"));
+        reporter.report(&Event::ExistingCluster {
+            context: context.to_string(),
+        });
         return Ok(Cluster {
             node_image: None,
             node: None,
@@ -315,16 +350,15 @@ async fn ensure_cluster(
         });
     }
     let node_image =
-        node_image::ensure_node_image(docker, config, options.verbose, progress).await?;
+        node_image::ensure_node_image(docker, config, options.verbose, reporter).await?;
     // A sim node still running an image that a rebuild replaced is replaced
     // too: that image is the harness's own build output, not the user's
     // drift.
     if config.cluster.provider == Provider::Sim && node_runs_stale_image(docker, config).await? {
         cluster::remove(docker, config).await?;
-        progress(&format!(
-            "node     {}: replaced, its image was rebuilt",
-            config.node_name()
-        ));
+        reporter.report(&Event::NodeReplaced {
+            container: config.node_name(),
+        });
     }
     let dir = config.state_dir();
     let mut state = State::load(&dir)?;
@@ -341,12 +375,13 @@ async fn ensure_cluster(
         };
         return Err(Error::Drift { drifts: vec![d] });
     };
-    progress(&format!(
-        "node     {}: {} (API on 127.0.0.1:{})",
-        node.container,
-        describe_node(&outcome),
-        node.api_port
-    ));
+    if let Some(step) = node_step(&outcome) {
+        reporter.report(&Event::Node {
+            container: node.container.clone(),
+            step,
+            api_port: Some(node.api_port),
+        });
+    }
     let client = kubeconfig::client(&node.host_kubeconfig, None).await?;
     Ok(Cluster {
         node_image: Some(node_image),
@@ -363,14 +398,17 @@ async fn ensure_images(
     config: &Config,
     registry: &registry::Endpoint,
     options: UpOptions,
-    progress: &(dyn Fn(&str) + Sync),
+    reporter: &dyn Reporter,
 ) -> Result<Vec<String>, Error> {
     let state = State::load(&config.state_dir())?;
     let client = registry.client();
     let mut unpushed = Vec::new();
     for name in config.components.keys() {
         let Some(pushed) = state.images.get(name) else {
-            progress(&format!("pushing  {name} (never pushed)"));
+            reporter.report(&Event::Pushing {
+                component: name.clone(),
+                why: String::from("never pushed"),
+            });
             unpushed.push(name.clone());
             continue;
         };
@@ -383,10 +421,10 @@ async fn ensure_images(
                 source: Box::new(source),
             })?;
         if !present {
-            progress(&format!(
-                "pushing  {name} (the registry no longer has {})",
-                pushed.digest
-            ));
+            reporter.report(&Event::Pushing {
+                component: name.clone(),
+                why: format!("the registry no longer has {}", pushed.digest),
+            });
             unpushed.push(name.clone());
         }
     }
@@ -429,28 +467,36 @@ async fn node_runs_stale_image(docker: &Docker, config: &Config) -> Result<bool,
     Ok(current.is_some() && container.image != current)
 }
 
-fn describe_network(outcome: &network::Outcome) -> &'static str {
+fn network_step(outcome: &network::Outcome) -> Option<Step> {
     match outcome {
-        network::Outcome::Created => "created",
-        network::Outcome::Unchanged => "unchanged",
-        network::Outcome::Drifted(_) => "drifted",
+        network::Outcome::Created => Some(Step::Created),
+        network::Outcome::Unchanged => Some(Step::Unchanged),
+        network::Outcome::Drifted(_) => None,
     }
 }
 
-fn describe_node(outcome: &cluster::Outcome) -> &'static str {
+fn node_step(outcome: &cluster::Outcome) -> Option<Step> {
     match outcome {
-        cluster::Outcome::Created => "created",
-        cluster::Outcome::Started => "started",
-        cluster::Outcome::Unchanged => "running",
-        cluster::Outcome::Drifted(_) => "drifted",
+        cluster::Outcome::Created => Some(Step::Created),
+        cluster::Outcome::Started => Some(Step::Started),
+        cluster::Outcome::Unchanged => Some(Step::Unchanged),
+        cluster::Outcome::Drifted(_) => None,
     }
 }
 
-fn describe_registry(action: &registry::Action) -> String {
+fn registry_step(action: &registry::Action) -> Step {
     match action {
-        registry::Action::External => String::from("external"),
-        registry::Action::Reused => String::from("running"),
-        registry::Action::Started => String::from("started"),
-        registry::Action::Created { image } => format!("created from {image}"),
+        registry::Action::External => Step::External,
+        registry::Action::Reused => Step::Unchanged,
+        registry::Action::Started => Step::Started,
+        registry::Action::Created { .. } => Step::Created,
+    }
+}
+
+/// The event of a lock that another run holds.
+fn waiting(w: &lock::Waiting) -> Event {
+    Event::WaitingForLock {
+        env: w.env.clone(),
+        holder: w.holder,
     }
 }

@@ -34,6 +34,7 @@ use crate::{
     docker::{self as engine, LABEL_NAME},
     image::{self, distribution},
     plan,
+    report::{Event, Reporter},
     state::State,
 };
 
@@ -173,9 +174,13 @@ pub fn host(config: &Config, state: &State) -> Result<String, Error> {
 /// Makes sure the registry of `config` runs and answers; records a picked
 /// port in the state in `config.state_dir()`. A container it creates
 /// carries the drift gate's labels for [`plan::registry_spec`].
-pub async fn ensure(docker: &Docker, config: &Config) -> Result<Endpoint, Error> {
+pub async fn ensure(
+    docker: &Docker,
+    config: &Config,
+    reporter: &dyn Reporter,
+) -> Result<Endpoint, Error> {
     let labels = plan::labels(&config.name, ROLE, &plan::registry_spec(config));
-    ensure_labelled(docker, config, labels).await
+    ensure_labelled(docker, config, labels, reporter).await
 }
 
 /// [`ensure`], with `labels` added to a container it creates (such as the
@@ -184,6 +189,7 @@ pub async fn ensure_labelled(
     docker: &Docker,
     config: &Config,
     labels: HashMap<String, String>,
+    reporter: &dyn Reporter,
 ) -> Result<Endpoint, Error> {
     let registry = &config.registry;
     if let Some(external) = &registry.external {
@@ -259,7 +265,7 @@ pub async fn ensure_labelled(
                 }
                 (declared, _) => declared,
             };
-            let image = registry_image(docker, &registry.image).await?;
+            let image = resolve_image(docker, &registry.image, LOCAL_IMAGE, reporter).await?;
             create(docker, config, &image, port, labels).await?;
             (port, Action::Created { image })
         }
@@ -324,16 +330,15 @@ pub async fn wait_ready_within(
     }
 }
 
-/// The image to run: `wanted` when present or pullable, otherwise the
-/// local image built from the distribution binary.
-async fn registry_image(docker: &Docker, wanted: &str) -> Result<String, Error> {
-    resolve_image(docker, wanted, LOCAL_IMAGE).await
-}
-
 /// `wanted` when the engine has it or can pull it; otherwise `local`, built
-/// from [`DISTRIBUTION_BINARY`] unless it exists already. Says so on stderr
-/// whenever it falls back.
-pub async fn resolve_image(docker: &Docker, wanted: &str, local: &str) -> Result<String, Error> {
+/// from [`DISTRIBUTION_BINARY`] unless it exists already. Reports whenever
+/// it falls back.
+pub async fn resolve_image(
+    docker: &Docker,
+    wanted: &str,
+    local: &str,
+    reporter: &dyn Reporter,
+) -> Result<String, Error> {
     if engine::inspect_image(docker, wanted).await?.is_some() {
         return Ok(wanted.to_string());
     }
@@ -342,9 +347,12 @@ pub async fn resolve_image(docker: &Docker, wanted: &str, local: &str) -> Result
         Err(cause) => cause,
     };
     if engine::inspect_image(docker, local).await?.is_some() {
-        eprintln!(
-            "registry image `{wanted}` cannot be pulled ({cause}); using `{local}`, built earlier from {DISTRIBUTION_BINARY}"
-        );
+        reporter.report(&Event::RegistryImageFallback {
+            wanted: wanted.to_string(),
+            cause,
+            local: local.to_string(),
+            building: false,
+        });
         return Ok(local.to_string());
     }
     let binary = Path::new(DISTRIBUTION_BINARY);
@@ -354,9 +362,12 @@ pub async fn resolve_image(docker: &Docker, wanted: &str, local: &str) -> Result
             cause,
         });
     }
-    eprintln!(
-        "registry image `{wanted}` cannot be pulled ({cause}); building `{local}` from {DISTRIBUTION_BINARY}"
-    );
+    reporter.report(&Event::RegistryImageFallback {
+        wanted: wanted.to_string(),
+        cause,
+        local: local.to_string(),
+        building: true,
+    });
     build_local_image(docker, binary, local).await?;
     Ok(local.to_string())
 }

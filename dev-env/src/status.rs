@@ -34,8 +34,51 @@ pub struct Status {
     pub components: Vec<ComponentStatus>,
     /// Objects whose configuration differs from the file.
     pub drift: Vec<String>,
+    /// Whether any object dev-env manages for the environment exists (an
+    /// environment with nothing to manage always exists).
+    pub exists: bool,
     /// Everything up and converged.
     pub ok: bool,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mark = |ok: bool| if ok { "ok  " } else { "DOWN" };
+        if let Some(network) = &self.network {
+            writeln!(f, "{} network  {}", mark(network.exists), network.name)?;
+        }
+        let r = &self.registry;
+        let at = r
+            .host
+            .as_deref()
+            .map_or(String::from("(no port)"), |h| format!("at {h}"));
+        writeln!(f, "{} registry {} {at}", mark(r.reachable), r.name)?;
+        let n = &self.node;
+        let api = n
+            .api_port
+            .map_or(String::new(), |p| format!(" API on 127.0.0.1:{p}"));
+        writeln!(f, "{} node     {}{api}", mark(n.api_ready), n.name)?;
+        for c in &self.components {
+            let runs = if c.running_digests.is_empty() {
+                String::from("no Ready pods")
+            } else {
+                c.running_digests.join(", ")
+            };
+            let (name, kind, object) = (&c.name, &c.kind, &c.object);
+            writeln!(
+                f,
+                "{} {name}  {kind} {object}  runs {runs}",
+                mark(c.converged)
+            )?;
+            if !c.converged {
+                writeln!(f, "       {}", c.message)?;
+            }
+        }
+        for d in &self.drift {
+            writeln!(f, "DRIFT {d}")?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -235,6 +278,14 @@ pub async fn status(config: &Config) -> Result<Status, Error> {
         .iter()
         .map(ToString::to_string)
         .collect();
+    let managed = network.is_some()
+        || config.registry.external.is_none()
+        || config.cluster.provider != Provider::Existing;
+    let exists = !managed
+        || network.as_ref().is_some_and(|n| n.exists)
+        || registry.running
+        || node.running
+        || node_exists(&docker, config).await?;
     let ok = network.as_ref().is_none_or(|n| n.exists)
         && registry.reachable
         && node.api_ready
@@ -247,8 +298,19 @@ pub async fn status(config: &Config) -> Result<Status, Error> {
         node,
         components,
         drift,
+        exists,
         ok,
     })
+}
+
+/// Whether the node container exists, running or not.
+async fn node_exists(docker: &bollard::Docker, config: &Config) -> Result<bool, Error> {
+    if config.cluster.provider == Provider::Existing {
+        return Ok(false);
+    }
+    Ok(docker::inspect_container(docker, &config.node_name())
+        .await?
+        .is_some())
 }
 
 /// The Deployment that runs a component: the declared one, or the one its
@@ -408,4 +470,54 @@ pub async fn logs(
         line(&text);
     }
     Ok(list.items.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_reads_one_line_per_object_and_says_what_is_wrong() {
+        let status = Status {
+            name: String::from("demo"),
+            network: Some(NetworkStatus {
+                name: String::from("demo"),
+                exists: true,
+            }),
+            registry: RegistryStatus {
+                name: String::from("demo-registry"),
+                running: true,
+                host: Some(String::from("localhost:5001")),
+                reachable: true,
+            },
+            node: NodeStatus {
+                name: String::from("demo-server-0"),
+                running: false,
+                api_port: None,
+                api_ready: false,
+            },
+            components: vec![ComponentStatus {
+                name: String::from("worker"),
+                kind: String::from("WorkerPool"),
+                object: String::from("demo/default"),
+                pushed_digest: None,
+                in_registry: None,
+                running_digests: Vec::new(),
+                converged: false,
+                message: String::from("the cluster is not reachable"),
+            }],
+            drift: vec![String::from("node `demo-server-0`: image was a, now b")],
+            exists: true,
+            ok: false,
+        };
+        assert_eq!(
+            status.to_string(),
+            "ok   network  demo\n\
+             ok   registry demo-registry at localhost:5001\n\
+             DOWN node     demo-server-0\n\
+             DOWN worker  WorkerPool demo/default  runs no Ready pods\n\
+             \x20      the cluster is not reachable\n\
+             DRIFT node `demo-server-0`: image was a, now b\n"
+        );
+    }
 }

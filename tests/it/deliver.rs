@@ -4,26 +4,19 @@
 
 use std::time::Duration;
 
+use dev_env::report::Silent;
 use dev_env::{
     config::Config,
-    deliver::{self, Outcome, Phase, Progress, PushFlags},
+    deliver::{self, Outcome, PushFlags},
     lifecycle::{self, UpOptions},
     rollout,
     state::State,
     wait::workload::WaitOptions,
 };
-use dev_env_tests::SimProject;
+use dev_env_tests::{SimProject, Stderr};
 use xshell::{Shell, cmd};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
-
-struct Quiet;
-
-impl Progress for Quiet {
-    fn phase(&self, component: &str, phase: Phase, detail: &str) {
-        eprintln!("{component}: {phase:?}: {detail}");
-    }
-}
 
 /// What runs the app.
 #[derive(Clone, Copy)]
@@ -162,7 +155,7 @@ impl Drop for App {
             let _ = runtime().block_on(lifecycle::down(
                 &config,
                 lifecycle::DownOptions::RESET_PURGE,
-                &|_| {},
+                &Silent,
             ));
         }
     }
@@ -182,7 +175,12 @@ fn push(config: &Config) -> Outcome {
         verbose: false,
     };
     let mut outcomes = runtime()
-        .block_on(deliver::push(config, &[String::from("app")], flags, &Quiet))
+        .block_on(deliver::push(
+            config,
+            &[String::from("app")],
+            flags,
+            &Stderr,
+        ))
         .unwrap();
     outcomes.remove(0)
 }
@@ -190,7 +188,7 @@ fn push(config: &Config) -> Outcome {
 fn reload(config: &Config) -> Vec<Outcome> {
     let components = [String::from("app")];
     runtime()
-        .block_on(deliver::reload(config, &components, TIMEOUT, &Quiet))
+        .block_on(deliver::reload(config, &components, TIMEOUT, &Stderr))
         .unwrap()
 }
 
@@ -210,7 +208,7 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
         timeout: TIMEOUT,
     };
     runtime()
-        .block_on(lifecycle::up(&config, options, &|line| eprintln!("{line}")))
+        .block_on(lifecycle::up(&config, options, &Stderr))
         .expect("dev up builds, pushes and runs the component");
     let first = digest(&config);
     app.assert_runs(&first);
@@ -322,7 +320,7 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
 
     // `dev down` leaves no pod container behind.
     let left = runtime().block_on(async {
-        lifecycle::down(&config, lifecycle::DownOptions::DOWN, &|_| {})
+        lifecycle::down(&config, lifecycle::DownOptions::DOWN, &Silent)
             .await
             .unwrap();
         let docker = dev_env::docker::connect().await.unwrap();
@@ -469,7 +467,7 @@ fn a_worker_pool_rolls_through_its_controller_and_the_wait_holds_it_to_the_gener
     };
     let _controller = Controller::start(&config);
     runtime()
-        .block_on(lifecycle::up(&config, options, &|line| eprintln!("{line}")))
+        .block_on(lifecycle::up(&config, options, &Stderr))
         .expect("dev up");
     // `dev up` returns only once the pool's Deployment runs the digest, so
     // `dev status` agrees at once.

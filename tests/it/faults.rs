@@ -7,14 +7,14 @@ use std::time::{Duration, Instant};
 
 use dev_env::{
     config::Config,
-    deliver::{self, Phase, Progress},
+    deliver,
     lifecycle::{self, UpOptions},
     wait::{
         node::NodeProbe,
         workload::{self, WaitOptions, Want},
     },
 };
-use dev_env_tests::SimProject;
+use dev_env_tests::{SimProject, Stderr};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{Api, api::PostParams};
 use xshell::{Shell, cmd};
@@ -35,14 +35,6 @@ spec:
       volumes:
       - {name: settings, configMap: {name: missing-settings}}
 ";
-
-struct Quiet;
-
-impl Progress for Quiet {
-    fn phase(&self, component: &str, phase: Phase, detail: &str) {
-        eprintln!("{component}: {phase:?}: {detail}");
-    }
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -72,7 +64,7 @@ fn environment() -> (SimProject, Config) {
         timeout: TIMEOUT,
     };
     runtime()
-        .block_on(lifecycle::up(&config, options, &|line| eprintln!("{line}")))
+        .block_on(lifecycle::up(&config, options, &Stderr))
         .expect("dev up brings the environment up");
     (env, config)
 }
@@ -200,7 +192,7 @@ fn a_node_killed_during_a_wait_ends_it_at_once_and_later_commands_say_why() {
             Err(e) => e.to_string(),
         };
         assert_eq!(later, expected);
-        let reloaded = deliver::reload(&config, &[], TIMEOUT, &Quiet)
+        let reloaded = deliver::reload(&config, &[], TIMEOUT, &Stderr)
             .await
             .expect_err("reload needs the API");
         assert_eq!(reloaded.to_string(), expected);

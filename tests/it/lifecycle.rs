@@ -4,6 +4,7 @@
 
 use std::{os::unix::fs::PermissionsExt, time::Duration};
 
+use dev_env::report::Silent;
 use dev_env::{
     config::Config,
     docker, kubeconfig,
@@ -12,7 +13,7 @@ use dev_env::{
     plan::Drift,
     state::State,
 };
-use dev_env_tests::SimProject;
+use dev_env_tests::{SimProject, Stderr};
 use xshell::{Shell, cmd};
 
 /// An environment with a namespace and a ConfigMap as its manifests.
@@ -60,7 +61,7 @@ const OPTIONS: UpOptions = UpOptions {
 };
 
 fn up(config: &Config, options: UpOptions) -> Result<lifecycle::UpReport, lifecycle::Error> {
-    runtime().block_on(lifecycle::up(config, options, &|line| eprintln!("{line}")))
+    runtime().block_on(lifecycle::up(config, options, &Stderr))
 }
 
 /// Container ID, and every host address its ports are published on.
@@ -187,7 +188,7 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
         .block_on(lifecycle::down(
             &config,
             lifecycle::DownOptions::DOWN,
-            &|_| {},
+            &Silent,
         ))
         .unwrap();
     assert!(down.node && down.registry && !down.volume);
@@ -199,12 +200,15 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
         .block_on(lifecycle::down(
             &config,
             lifecycle::DownOptions::DOWN,
-            &|_| {},
+            &Silent,
         ))
         .unwrap();
     assert_eq!(
         again,
-        lifecycle::DownReport::default(),
+        lifecycle::DownReport {
+            name: config.name.clone(),
+            ..lifecycle::DownReport::default()
+        },
         "already down is success"
     );
     up(&config, OPTIONS).expect("dev up after down");
@@ -223,7 +227,7 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
         .block_on(lifecycle::down(
             &config,
             lifecycle::DownOptions::RESET_PURGE,
-            &|_| {},
+            &Silent,
         ))
         .unwrap();
     assert!(
@@ -258,7 +262,7 @@ fn drift_stops_up_down_still_works_and_recreate_converges() {
     rt.block_on(lifecycle::down(
         &drifted,
         lifecycle::DownOptions::DOWN,
-        &|_| {},
+        &Silent,
     ))
     .expect("dev down despite drift");
     up(
@@ -284,7 +288,7 @@ fn drift_stops_up_down_still_works_and_recreate_converges() {
     rt.block_on(lifecycle::down(
         &drifted,
         lifecycle::DownOptions::RESET_PURGE,
-        &|_| {},
+        &Silent,
     ))
     .unwrap();
 }
@@ -341,7 +345,7 @@ fn up_repairs_a_killed_node_and_a_deleted_registry() {
         .block_on(lifecycle::down(
             &config,
             lifecycle::DownOptions::RESET_PURGE,
-            &|_| {},
+            &Silent,
         ))
         .unwrap();
 }

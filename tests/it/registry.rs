@@ -9,6 +9,7 @@ use dev_env::{
     image::{self, distribution, oci},
     plan,
     registry::{self, Action},
+    report::Silent,
     state::State,
 };
 use dev_env_tests::{
@@ -85,7 +86,7 @@ async fn registry_container_is_created_on_loopback_reused_and_keeps_its_data() {
         .unwrap();
 
     let extra = HashMap::from([(String::from("it.extra"), String::from("kept"))]);
-    let endpoint = registry::ensure_labelled(&docker, &config, extra)
+    let endpoint = registry::ensure_labelled(&docker, &config, extra, &Silent)
         .await
         .unwrap();
     assert_eq!(
@@ -140,7 +141,7 @@ async fn registry_container_is_created_on_loopback_reused_and_keeps_its_data() {
     let digest = push_tiny(&endpoint.host, &repo).await;
     let first_id = container_id(&docker, &config.registry.name).await;
 
-    let again = registry::ensure(&docker, &config).await.unwrap();
+    let again = registry::ensure(&docker, &config, &Silent).await.unwrap();
     assert_eq!(again.action, Action::Reused);
     assert_eq!(again.host, endpoint.host);
     assert_eq!(container_id(&docker, &config.registry.name).await, first_id);
@@ -149,12 +150,12 @@ async fn registry_container_is_created_on_loopback_reused_and_keeps_its_data() {
         .stop_container(&config.registry.name, None)
         .await
         .unwrap();
-    let started = registry::ensure(&docker, &config).await.unwrap();
+    let started = registry::ensure(&docker, &config, &Silent).await.unwrap();
     assert_eq!(started.action, Action::Started);
     assert_eq!(started.host, endpoint.host);
 
     assert!(registry::remove(&docker, &config).await.unwrap());
-    let recreated = registry::ensure(&docker, &config).await.unwrap();
+    let recreated = registry::ensure(&docker, &config, &Silent).await.unwrap();
     assert!(matches!(recreated.action, Action::Created { .. }));
     assert_eq!(recreated.host, endpoint.host, "the kept port is reused");
     assert_ne!(container_id(&docker, &config.registry.name).await, first_id);
@@ -182,7 +183,7 @@ async fn registry_container_is_created_on_loopback_reused_and_keeps_its_data() {
             "name: {name}\nnetwork: {{name: {network}}}\nregistry: {{image: '{image_tag}', hostPort: {other_port}}}\n"
         ),
     );
-    let err = registry::ensure(&docker, &moved)
+    let err = registry::ensure(&docker, &moved, &Silent)
         .await
         .unwrap_err()
         .to_string();
@@ -216,7 +217,7 @@ async fn a_container_of_another_owner_is_left_alone() {
         .ignore_stdout()
         .run()
         .unwrap();
-    let err = registry::ensure(&docker, &config)
+    let err = registry::ensure(&docker, &config, &Silent)
         .await
         .unwrap_err()
         .to_string();
@@ -243,7 +244,7 @@ async fn an_external_registry_is_used_as_it_is_and_nothing_is_created() {
             external.host()
         ),
     );
-    let endpoint = registry::ensure(&docker, &config).await.unwrap();
+    let endpoint = registry::ensure(&docker, &config, &Silent).await.unwrap();
     assert_eq!(endpoint.action, Action::External);
     assert_eq!(endpoint.host, external.host());
     assert!(
@@ -266,7 +267,7 @@ async fn an_unpullable_registry_image_falls_back_to_one_built_from_the_binary() 
     let local = format!("{name}/registry:local");
     let mut cleanup = DockerCleanup::default();
     cleanup.images.push(local.clone());
-    let used = registry::resolve_image(&docker, &wanted, &local)
+    let used = registry::resolve_image(&docker, &wanted, &local, &Silent)
         .await
         .unwrap();
     assert_eq!(used, local);
@@ -280,7 +281,7 @@ async fn an_unpullable_registry_image_falls_back_to_one_built_from_the_binary() 
         [DISTRIBUTION_BINARY.to_string()]
     );
     // The second time the built image is reused, not rebuilt.
-    let again = registry::resolve_image(&docker, &wanted, &local)
+    let again = registry::resolve_image(&docker, &wanted, &local, &Silent)
         .await
         .unwrap();
     assert_eq!(again, local);

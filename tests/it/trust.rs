@@ -4,10 +4,7 @@
 //! before anything is applied, a lost network repaired, interrupted runs
 //! converged from.
 
-use std::{
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
-};
+use std::time::{Duration, Instant};
 
 use dev_env::{
     config::Config,
@@ -16,7 +13,7 @@ use dev_env::{
     state::State,
     status,
 };
-use dev_env_tests::SimProject;
+use dev_env_tests::{Recorder, SimProject, Stderr};
 use xshell::{Shell, cmd};
 
 const OPTIONS: UpOptions = UpOptions {
@@ -33,13 +30,11 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn up(config: &Config) -> Result<lifecycle::UpReport, lifecycle::Error> {
-    runtime().block_on(lifecycle::up(config, OPTIONS, &|line| eprintln!("{line}")))
+    runtime().block_on(lifecycle::up(config, OPTIONS, &Stderr))
 }
 
 fn down(config: &Config, options: DownOptions) -> Result<lifecycle::DownReport, lifecycle::Error> {
-    runtime().block_on(lifecycle::down(config, options, &|line| {
-        eprintln!("{line}")
-    }))
+    runtime().block_on(lifecycle::down(config, options, &Stderr))
 }
 
 fn sh() -> Shell {
@@ -149,7 +144,14 @@ fn teardown_refuses_another_environments_objects_and_reports_only_what_it_remove
     // `--purge` of an environment that never existed removes nothing and
     // says so.
     let report = down(&stranger.config(), DownOptions::RESET_PURGE).unwrap();
-    assert_eq!(report, lifecycle::DownReport::default());
+    assert!(
+        !(report.node || report.registry || report.volume || report.network),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.to_string(),
+        format!("`{}` is already down: nothing to remove", stranger.name)
+    );
 
     let report = down(&owner.config(), DownOptions::RESET_PURGE).unwrap();
     assert!(
@@ -181,14 +183,12 @@ fn runs_on_one_environment_take_turns_and_keep_each_others_state() {
             &|_| panic!("nothing holds it yet"),
         ))
         .unwrap();
-    let said = Arc::new(Mutex::new(Vec::<String>::new()));
+    let said = Recorder::default();
     let waiter = {
         let (config, said) = (config.clone(), said.clone());
         std::thread::spawn(move || {
             let started = Instant::now();
-            let result = runtime().block_on(lifecycle::up(&config, OPTIONS, &|line| {
-                said.lock().unwrap().push(line.to_string())
-            }));
+            let result = runtime().block_on(lifecycle::up(&config, OPTIONS, &said));
             (result.map(drop), started.elapsed())
         })
     };
@@ -203,7 +203,7 @@ fn runs_on_one_environment_take_turns_and_keep_each_others_state() {
         env.name,
         std::process::id()
     );
-    assert_eq!(said.lock().unwrap().first(), Some(&expected));
+    assert_eq!(said.lines.lock().unwrap().first(), Some(&expected));
     drop(held);
     let (result, took) = waiter.join().unwrap();
     result.expect("dev up once the lock is free");

@@ -18,18 +18,18 @@ impl flags::Bench {
     pub(crate) fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let root = project_root();
         let runs = usize::from(self.runs);
-        ctx.say(format!("the inner loop on target/bench/loop, {runs} runs"));
+        ctx.note(format!("the inner loop on target/bench/loop, {runs} runs"));
         let mut figures = ctx
             .block_on(bench::inner_loop(&root, runs))?
             .context("bench")?;
-        ctx.say(format!(
+        ctx.note(format!(
             "a {LAYER_MB} MB layer, dev-env and curl, {runs} runs"
         ));
         figures.extend(
             ctx.block_on(bench::blob_upload(runs, LAYER_MB))?
                 .context("bench")?,
         );
-        ctx.say(format!(
+        ctx.note(format!(
             "kube-sim at scale: {} Deployments x {} pods, {runs} runs",
             SCALE.0, SCALE.1
         ));

@@ -3,13 +3,7 @@
 use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
-use dev_env::{
-    docker,
-    lifecycle::{self, UpOptions},
-    manifest,
-    plan::Plan,
-    state::State,
-};
+use dev_env::lifecycle::{self, UpOptions};
 use xshell::Shell;
 
 use crate::{Ctx, flags};
@@ -33,32 +27,10 @@ impl flags::Up {
     fn run(self, _sh: &Shell, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let config = ctx.config()?;
         if self.dry_run {
-            let state = State::load(&config.state_dir())?;
-            let manifests = manifest::load(&config.manifests)?;
-            out!("{}", Plan::new(&config, &state, manifests));
-            // Read-only look at what exists, to say what would change.
-            let drifts = ctx.block_on(async {
-                let docker = docker::connect().await?;
-                anyhow::Ok(lifecycle::drift(&docker, &config).await?)
-            })?;
-            match drifts {
-                Ok(drifts) if drifts.is_empty() => {
-                    outln!("nothing has drifted from dev-env.yaml")
-                }
-                Ok(drifts) => {
-                    for d in &drifts {
-                        outln!("{d}");
-                    }
-                    let verb = if self.recreate {
-                        "would be recreated"
-                    } else {
-                        "block `dev up`; add --recreate"
-                    };
-                    outln!("{} drifted object(s) {verb}", drifts.len());
-                }
-                Err(e) => outln!("cannot compare with what exists: {e:#}"),
-            }
-            outln!("dry run: nothing was changed");
+            let plan = ctx
+                .block_on(lifecycle::dry_run(&config, self.recreate))?
+                .context("dev up --dry-run")?;
+            out!("{plan}");
             return Ok(ExitCode::SUCCESS);
         }
         let options = UpOptions {
@@ -67,72 +39,66 @@ impl flags::Up {
             timeout: UP_TIMEOUT,
         };
         let started = std::time::Instant::now();
-        let progress = |line: &str| ctx.say(line);
-        ctx.block_on(lifecycle::up(&config, options, &progress))?
+        let reporter = ctx.reporter(self.json);
+        let report = ctx
+            .block_on(lifecycle::up(&config, options, &reporter))?
             .context("dev up")?;
-        ctx.say(format!(
-            "dev up: `{}` is up ({:.1}s)",
-            config.name,
-            started.elapsed().as_secs_f64()
-        ));
+        if self.json {
+            outln!("{}", serde_json::to_string_pretty(&report.summary())?);
+        } else {
+            ctx.say(format!(
+                "dev up: `{}` is up ({:.1}s)",
+                config.name,
+                started.elapsed().as_secs_f64()
+            ));
+        }
         Ok(ExitCode::SUCCESS)
     }
 }
 
+/// `dev down` and `dev reset`: the same removal, with or without the
+/// network.
+fn down(ctx: &Ctx, options: lifecycle::DownOptions, json: bool) -> anyhow::Result<ExitCode> {
+    let config = ctx.identity()?;
+    let reporter = ctx.reporter(json);
+    let what = if options.network {
+        "dev reset"
+    } else {
+        "dev down"
+    };
+    let report = ctx
+        .block_on(lifecycle::down(&config, options, &reporter))?
+        .context(what)?;
+    if json {
+        outln!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        ctx.say(&report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 impl flags::Down {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
-        let config = ctx.identity()?;
-        let report = ctx
-            .block_on(lifecycle::down(
-                &config,
-                lifecycle::DownOptions {
-                    purge: self.purge,
-                    network: false,
-                },
-                &|line| eprintln!("{line}"),
-            ))?
-            .context("dev down")?;
-        say_down(ctx, &config.name, &report);
-        Ok(ExitCode::SUCCESS)
+        let options = lifecycle::DownOptions {
+            purge: self.purge,
+            network: false,
+        };
+        down(ctx, options, self.json)
     }
 }
 
 impl flags::Reset {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
-        let config = ctx.identity()?;
-        let report = ctx
-            .block_on(lifecycle::down(
-                &config,
-                lifecycle::DownOptions {
-                    purge: self.purge,
-                    network: true,
-                },
-                &|line| eprintln!("{line}"),
-            ))?
-            .context("dev reset")?;
-        say_down(ctx, &config.name, &report);
-        Ok(ExitCode::SUCCESS)
+        let options = lifecycle::DownOptions {
+            purge: self.purge,
+            network: true,
+        };
+        down(ctx, options, self.json)
     }
 }
 
-fn say_down(ctx: &Ctx, name: &str, report: &lifecycle::DownReport) {
-    let mut removed = Vec::new();
-    for (done, what) in [
-        (report.node, "node"),
-        (report.registry, "registry container"),
-        (report.volume, "registry volume"),
-        (report.network, "network"),
-    ] {
-        if done {
-            removed.push(what);
-        }
-    }
-    if removed.is_empty() {
-        ctx.say(format!("`{name}` is already down: nothing to remove"));
-    } else {
-        ctx.say(format!("removed {} of `{name}`", removed.join(", ")));
-    }
-}
+/// `dev status` exits 3 when the environment does not exist at all.
+const NOT_FOUND: u8 = 3;
 
 impl flags::Status {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
@@ -143,49 +109,12 @@ impl flags::Status {
         if self.json {
             outln!("{}", serde_json::to_string_pretty(&status)?);
         } else {
-            let mark = |ok: bool| if ok { "ok  " } else { "DOWN" };
-            if let Some(network) = &status.network {
-                outln!("{} network  {}", mark(network.exists), network.name);
-            }
-            let r = &status.registry;
-            outln!(
-                "{} registry {} {}",
-                mark(r.reachable),
-                r.name,
-                r.host
-                    .as_deref()
-                    .map_or(String::from("(no port)"), |h| format!("at {h}"))
-            );
-            let n = &status.node;
-            let api = n
-                .api_port
-                .map_or(String::new(), |p| format!(" API on 127.0.0.1:{p}"));
-            outln!("{} node     {}{api}", mark(n.api_ready), n.name);
-            for c in &status.components {
-                let runs = if c.running_digests.is_empty() {
-                    String::from("no Ready pods")
-                } else {
-                    c.running_digests.join(", ")
-                };
-                outln!(
-                    "{} {}  {} {}  runs {runs}",
-                    mark(c.converged),
-                    c.name,
-                    c.kind,
-                    c.object
-                );
-                if !c.converged {
-                    outln!("       {}", c.message);
-                }
-            }
-            for d in &status.drift {
-                outln!("DRIFT {d}");
-            }
+            out!("{status}");
         }
-        Ok(if status.ok {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
+        Ok(match (status.ok, status.exists) {
+            (true, _) => ExitCode::SUCCESS,
+            (false, false) => ExitCode::from(NOT_FOUND),
+            (false, true) => ExitCode::FAILURE,
         })
     }
 }

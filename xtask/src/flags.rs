@@ -80,6 +80,10 @@ pub struct Up {
     /// Print the plan and change nothing
     #[arg(long)]
     pub dry_run: bool,
+    /// Print what was created, reused and changed as JSON (progress goes to
+    /// stderr as JSON lines)
+    #[arg(long, conflicts_with = "dry_run")]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -87,6 +91,9 @@ pub struct Down {
     /// Also delete the registry's data volume, and with it every pushed image
     #[arg(long)]
     pub purge: bool,
+    /// Print what was removed as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -101,6 +108,9 @@ pub struct Reset {
     /// Also delete the registry's data volume, and with it every pushed image
     #[arg(long)]
     pub purge: bool,
+    /// Print what was removed as JSON
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

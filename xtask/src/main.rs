@@ -7,9 +7,9 @@ mod output;
 mod bench;
 mod dev;
 mod flags;
-mod progress;
 mod push_image;
 mod reload;
+mod report;
 mod summary;
 mod test;
 
@@ -100,7 +100,25 @@ impl Ctx {
         Ok(Config::load_identity(&self.config_path)?)
     }
 
-    /// Prints a progress line unless `--quiet`.
+    /// The reporter of a command: JSON lines with `--json`, nothing with
+    /// `--quiet`, otherwise lines (and bars on a terminal).
+    pub(crate) fn reporter(&self, json: bool) -> report::Terminal {
+        report::Terminal::new(match (json, self.quiet) {
+            (true, _) => report::Style::Json,
+            (false, true) => report::Style::Quiet,
+            (false, false) => report::Style::Human,
+        })
+    }
+
+    /// Prints a progress line on stderr unless `--quiet`: stdout is for
+    /// results (and only JSON with `--json`).
+    pub(crate) fn note(&self, line: impl std::fmt::Display) {
+        if !self.quiet {
+            eprintln!("{line}");
+        }
+    }
+
+    /// Prints a result line on stdout unless `--quiet`.
     pub(crate) fn say(&self, line: impl std::fmt::Display) {
         if !self.quiet {
             outln!("{line}");

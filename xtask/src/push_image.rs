@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use dev_env::deliver::{self, PushFlags};
 use xshell::Shell;
 
-use crate::{Ctx, flags, progress::Bars, summary::report};
+use crate::{Ctx, flags, summary::report};
 
 impl flags::PushImage {
     pub(crate) fn run(self, _sh: &Shell, ctx: &Ctx) -> anyhow::Result<ExitCode> {
@@ -19,7 +19,7 @@ impl flags::PushImage {
             timeout: self.timeout,
             verbose: ctx.verbose,
         };
-        let bars = Bars::new(ctx.quiet || self.json);
+        let bars = ctx.reporter(self.json);
         let outcomes = ctx
             .block_on(deliver::push(&config, &self.components, flags, &bars))?
             .context("push-image")?;

@@ -113,7 +113,13 @@ pub async fn build(docker: &Docker, build: &Build<'_>) -> Result<String, Error> 
             Ok(info) => {
                 if let Some(line) = info.stream.as_deref().or(info.status.as_deref()) {
                     if build.verbose {
-                        eprint!("{line}");
+                        #[allow(
+                            clippy::print_stderr,
+                            reason = "the engine's build log, streamed as it comes when asked for"
+                        )]
+                        {
+                            eprint!("{line}");
+                        }
                     }
                     // The tail shown on failure keeps only lines that say something.
                     for text in line.lines().filter(|l| !matches!(l.trim(), "" | "--->")) {

@@ -6,6 +6,7 @@ use crate::{
     cluster,
     config::{Config, Provider},
     docker, lock, network, ownership, plan, registry,
+    report::Reporter,
     state::State,
 };
 
@@ -32,8 +33,11 @@ impl DownOptions {
 }
 
 /// What `down` removed: only what existed and is gone now.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct DownReport {
+    /// The environment.
+    pub name: String,
     pub node: bool,
     pub registry: bool,
     pub volume: bool,
@@ -47,12 +51,15 @@ pub struct DownReport {
 pub async fn down(
     config: &Config,
     options: DownOptions,
-    progress: &(dyn Fn(&str) + Sync),
+    reporter: &dyn Reporter,
 ) -> Result<DownReport, Error> {
     let docker = docker::connect().await?;
-    let _lock = lock::environment(config, &|waiting| progress(&waiting.to_string())).await?;
+    let _lock = lock::environment(config, &|w| reporter.report(&super::waiting(w))).await?;
     ownership::check(&docker, config).await?;
-    let mut report = DownReport::default();
+    let mut report = DownReport {
+        name: config.name.clone(),
+        ..DownReport::default()
+    };
     if config.cluster.provider != Provider::Existing {
         report.node = cluster::remove(&docker, config).await?;
     }
@@ -67,4 +74,46 @@ pub async fn down(
         report.network = network::remove(&docker, &config.network.name).await?;
     }
     Ok(report)
+}
+
+impl std::fmt::Display for DownReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let removed: Vec<&str> = [
+            (self.node, "node"),
+            (self.registry, "registry container"),
+            (self.volume, "registry volume"),
+            (self.network, "network"),
+        ]
+        .into_iter()
+        .filter_map(|(done, what)| done.then_some(what))
+        .collect();
+        if removed.is_empty() {
+            write!(f, "`{}` is already down: nothing to remove", self.name)
+        } else {
+            write!(f, "removed {} of `{}`", removed.join(", "), self.name)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_down_report_names_only_what_was_removed() {
+        let mut report = DownReport {
+            name: String::from("demo"),
+            ..DownReport::default()
+        };
+        assert_eq!(
+            report.to_string(),
+            "`demo` is already down: nothing to remove"
+        );
+        report.node = true;
+        report.volume = true;
+        assert_eq!(
+            report.to_string(),
+            "removed node, registry volume of `demo`"
+        );
+    }
 }

@@ -13,6 +13,7 @@ use crate::{
     config::{Config, Provider},
     docker,
     image::{self, cargo as cargo_build},
+    report::{Event, Reporter, Step},
 };
 
 /// Makes sure the engine has the node image: present, built locally (the
@@ -21,7 +22,7 @@ pub(super) async fn ensure_node_image(
     docker: &Docker,
     config: &Config,
     verbose: bool,
-    progress: &(dyn Fn(&str) + Sync),
+    reporter: &dyn Reporter,
 ) -> Result<NodeImage, Error> {
     let image = &config.cluster.image;
     let present = docker::inspect_image(docker, image).await?;
@@ -47,18 +48,26 @@ pub(super) async fn ensure_node_image(
         if built_from.as_deref() == Some(source.as_str()) {
             return Ok(NodeImage::Present);
         }
-        progress(&format!(
-            "building node image {image} from the `kube-sim` package (no pulls)"
-        ));
+        reporter.report(&Event::NodeImage {
+            image: image.clone(),
+            step: Step::Building,
+        });
         build_sim_image(docker, &workspace, image, &source, verbose)
             .await
             .map_err(err)?;
+        reporter.report(&Event::NodeImage {
+            image: image.clone(),
+            step: Step::Built,
+        });
         return Ok(NodeImage::Built);
     }
     if present.is_some() {
         return Ok(NodeImage::Present);
     }
-    progress(&format!("pulling node image {image}"));
+    reporter.report(&Event::NodeImage {
+        image: image.clone(),
+        step: Step::Pulling,
+    });
     let options = CreateImageOptionsBuilder::default()
         .from_image(image)
         .build();

@@ -1,0 +1,113 @@
+//! How the library's events look: progress bars per component on a
+//! terminal, plain lines otherwise, one JSON object per line with `--json`,
+//! nothing under `--quiet`. Events go to stderr; stdout carries only a
+//! command's result.
+
+use std::{
+    collections::HashMap,
+    io::IsTerminal,
+    sync::Mutex,
+    time::{Duration, Instant},
+};
+
+use dev_env::report::{Event, Phase, Reporter};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// How events are shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Style {
+    /// Bars on a terminal, plain lines otherwise.
+    Human,
+    /// One JSON object per event, on stderr.
+    Json,
+    /// Nothing.
+    Quiet,
+}
+
+/// The reporter of one command.
+pub(crate) struct Terminal {
+    style: Style,
+    multi: Option<MultiProgress>,
+    bars: Mutex<HashMap<String, ProgressBar>>,
+    started: Instant,
+}
+
+impl Terminal {
+    pub(crate) fn new(style: Style) -> Terminal {
+        let interactive = style == Style::Human && std::io::stderr().is_terminal();
+        let multi =
+            interactive.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+        Terminal {
+            style,
+            multi,
+            bars: Mutex::new(HashMap::new()),
+            started: Instant::now(),
+        }
+    }
+
+    /// Leaves the bars as they are on screen.
+    pub(crate) fn finish(&self) {
+        for bar in self.bars.lock().expect("progress lock").values() {
+            if !bar.is_finished() {
+                bar.abandon();
+            }
+        }
+    }
+
+    /// A line above the bars, or on stderr.
+    fn line(&self, text: &str) {
+        match &self.multi {
+            Some(multi) => {
+                let _ = multi.println(text);
+            }
+            None => eprintln!("{text}"),
+        }
+    }
+
+    fn component(&self, multi: &MultiProgress, component: &str, phase: Phase, detail: &str) {
+        let mut bars = self.bars.lock().expect("progress lock");
+        let bar = bars.entry(component.to_string()).or_insert_with(|| {
+            let bar = multi.add(ProgressBar::new_spinner());
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {prefix:<20} [{elapsed:>4}] {msg}")
+                    .expect("valid template"),
+            );
+            bar.set_prefix(component.to_string());
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        let line = format!("{phase}: {detail}");
+        match phase {
+            Phase::Done | Phase::Failed => bar.finish_with_message(line),
+            _ => bar.set_message(line),
+        }
+    }
+}
+
+impl Reporter for Terminal {
+    fn report(&self, event: &Event) {
+        match self.style {
+            Style::Quiet => {}
+            Style::Json => {
+                if let Ok(line) = serde_json::to_string(event) {
+                    eprintln!("{line}");
+                }
+            }
+            Style::Human => match (event, &self.multi) {
+                (
+                    Event::Component {
+                        component,
+                        phase,
+                        detail,
+                    },
+                    Some(multi),
+                ) => self.component(multi, component, *phase, detail),
+                (Event::Component { .. }, None) => {
+                    let elapsed = self.started.elapsed().as_secs_f64();
+                    eprintln!("[{elapsed:>6.1}s] {event}");
+                }
+                _ => self.line(&event.to_string()),
+            },
+        }
+    }
+}
