@@ -42,8 +42,13 @@ pub enum Error {
         "container `{0}` exists but was not created by dev-env; remove it (`docker rm -f {0}`) or change `name` in dev-env.yaml"
     )]
     Foreign(String),
-    #[error("cannot find a free port on 127.0.0.1 for the API: {reason}")]
-    NoFreePort { reason: String },
+    #[error(
+        "cannot find a free port on 127.0.0.1 for the node's API; free one (`ss -ltn` lists those in use) and run `cargo xtask dev up` again"
+    )]
+    NoFreePort {
+        #[source]
+        source: std::io::Error,
+    },
     #[error("node image `{image}` is not available: {reason}")]
     Image { image: String, reason: String },
     #[error(
@@ -224,9 +229,7 @@ async fn create(
     // is fixed in the container's config, so restarts keep it too.
     let host_port = match state.api_port.filter(|p| docker::loopback_port_is_free(*p)) {
         Some(port) => port,
-        None => docker::free_loopback_port().map_err(|e| Error::NoFreePort {
-            reason: e.to_string(),
-        })?,
+        None => docker::free_loopback_port().map_err(|source| Error::NoFreePort { source })?,
     };
     state.api_port = Some(host_port);
     let port_key = format!("{NODE_API_PORT}/tcp");

@@ -36,6 +36,8 @@ pub enum Error {
     #[error(transparent)]
     Lock(#[from] lock::Error),
     #[error(transparent)]
+    UnknownComponent(#[from] crate::config::Error),
+    #[error(transparent)]
     Node(#[from] node::Error),
 }
 
@@ -139,15 +141,6 @@ async fn wait_options(config: &Config, timeout: Duration) -> WaitOptions {
     }
 }
 
-/// `err`, or the node's state when the node is down: then nothing that
-/// needs the API can succeed, and the node is what to fix.
-async fn or_node_down(config: &Config, err: String) -> String {
-    match node::node_down(config).await {
-        Some(down) => down.to_string(),
-        None => err,
-    }
-}
-
 /// Builds, pushes and (unless told not to) rolls out `components`, waiting
 /// until Ready pods run the pushed digests.
 pub async fn push(
@@ -157,6 +150,9 @@ pub async fn push(
     reporter: &dyn Reporter,
 ) -> Result<Vec<Outcome>, Error> {
     let started = Instant::now();
+    for name in components {
+        config.component(name)?;
+    }
     let _lock = lock(config, reporter).await?;
     let state = State::load(&config.state_dir())?;
     let registry = distribution::Client::new(&registry::host(config, &state)?);
@@ -200,19 +196,20 @@ pub async fn push(
     if flags.rollout && !pushed.is_empty() {
         match cluster_client(config).await {
             Ok(client) => {
-                let options = &wait_options(config, flags.timeout).await;
+                let rolling = Rolling {
+                    client: &client,
+                    config,
+                    options: &wait_options(config, flags.timeout).await,
+                    reporter,
+                };
                 let rolls = pushed.iter().map(|(i, p)| {
-                    let image = outcomes[*i].image.clone();
-                    roll_and_wait(
-                        &client,
-                        config,
-                        &p.component,
-                        image,
-                        Some(p.digest.clone()),
-                        false,
-                        options,
-                        reporter,
-                    )
+                    let request = Roll {
+                        component: &p.component,
+                        image: outcomes[*i].image.clone(),
+                        digest: Some(p.digest.clone()),
+                        restart: false,
+                    };
+                    rolling.roll_and_wait(request)
                 });
                 for ((i, _), result) in pushed.iter().zip(futures::future::join_all(rolls).await) {
                     merge(&mut outcomes[*i], result);
@@ -246,6 +243,9 @@ pub async fn reload(
     reporter: &dyn Reporter,
 ) -> Result<Vec<Outcome>, Error> {
     let started = Instant::now();
+    for name in components {
+        config.component(name)?;
+    }
     let manifests = manifest::load(&config.manifests)?;
     let _lock = lock(config, reporter).await?;
     let state = State::load(&config.state_dir())?;
@@ -263,11 +263,21 @@ pub async fn reload(
             None => err.into(),
         });
     }
-    let options = &wait_options(config, timeout).await;
+    let rolling = Rolling {
+        client: &client,
+        config,
+        options: &wait_options(config, timeout).await,
+        reporter,
+    };
     let rolls = components.iter().map(|name| {
         tell(reporter, name, Phase::Rollout, "restarting");
-        let digest = state.images.get(name).map(|p| p.digest.clone());
-        roll_and_wait(&client, config, name, None, digest, true, options, reporter)
+        let request = Roll {
+            component: name,
+            image: None,
+            digest: state.images.get(name).map(|p| p.digest.clone()),
+            restart: true,
+        };
+        rolling.roll_and_wait(request)
     });
     let results = futures::future::join_all(rolls).await;
     Ok(components
@@ -283,42 +293,81 @@ pub async fn reload(
         .collect())
 }
 
-struct Rolled {
+/// How one component's roll ended well.
+struct Settled {
     patched: bool,
     pods: Vec<String>,
     wait: Duration,
 }
 
-fn merge(outcome: &mut Outcome, result: Result<Rolled, String>) {
+/// Why one component's roll failed: the rollout's own error, or the node
+/// that went down under it (then that is what to fix).
+#[derive(Debug, thiserror::Error)]
+enum RollError {
+    #[error(transparent)]
+    Rollout(#[from] rollout::Error),
+    #[error(transparent)]
+    NodeDown(#[from] node::Error),
+}
+
+fn merge(outcome: &mut Outcome, result: Result<Settled, RollError>) {
     match result {
         Ok(r) => {
             outcome.rolled_out = r.patched;
             outcome.pods = r.pods;
             outcome.wait_ms = r.wait.as_millis() as u64;
         }
-        Err(e) => outcome.error = Some(e),
+        Err(e) => outcome.error = Some(e.to_string()),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn roll_and_wait(
-    client: &kube::Client,
-    config: &Config,
-    name: &str,
+/// What every roll of one command shares.
+struct Rolling<'a> {
+    client: &'a kube::Client,
+    config: &'a Config,
+    options: &'a WaitOptions,
+    reporter: &'a dyn Reporter,
+}
+
+/// One component to roll: to `image` (or keeping its image), waiting for
+/// `digest`, restarting it when `restart`.
+struct Roll<'a> {
+    component: &'a str,
     image: Option<String>,
     digest: Option<String>,
     restart: bool,
-    options: &WaitOptions,
-    reporter: &dyn Reporter,
-) -> Result<Rolled, String> {
-    let result = async {
+}
+
+impl Rolling<'_> {
+    async fn roll_and_wait(&self, roll: Roll<'_>) -> Result<Settled, RollError> {
+        let name = roll.component;
+        let result = self.roll_and_wait_inner(&roll).await;
+        match result {
+            Ok(r) => {
+                let detail = format!("{} pod(s) ready", r.pods.len());
+                tell(self.reporter, name, Phase::Done, &detail);
+                Ok(r)
+            }
+            Err(e) => {
+                let err = match node::node_down(self.config).await {
+                    Some(down) => RollError::NodeDown(down),
+                    None => RollError::Rollout(e),
+                };
+                tell(self.reporter, name, Phase::Failed, &err.to_string());
+                Err(err)
+            }
+        }
+    }
+
+    async fn roll_and_wait_inner(&self, roll: &Roll<'_>) -> Result<Settled, rollout::Error> {
+        let (client, options) = (self.client, self.options);
         let rolled = rollout::roll(
             client,
-            config,
-            name,
-            image.as_deref(),
-            digest.as_deref(),
-            restart,
+            self.config,
+            roll.component,
+            roll.image.as_deref(),
+            roll.digest.as_deref(),
+            roll.restart,
             options.timeout,
         )
         .await?;
@@ -327,31 +376,14 @@ async fn roll_and_wait(
         } else {
             "already runs this digest; checking pods"
         };
-        tell(reporter, name, Phase::Wait, detail);
+        tell(self.reporter, roll.component, Phase::Wait, detail);
         let wait_started = Instant::now();
         let done = rollout::wait(client, &rolled, options).await?;
-        Ok::<_, rollout::Error>(Rolled {
+        Ok(Settled {
             patched: rolled.patched,
             pods: done.pods,
             wait: wait_started.elapsed(),
         })
-    }
-    .await;
-    match result {
-        Ok(r) => {
-            tell(
-                reporter,
-                name,
-                Phase::Done,
-                &format!("{} pod(s) ready", r.pods.len()),
-            );
-            Ok(r)
-        }
-        Err(e) => {
-            let message = or_node_down(config, e.to_string()).await;
-            tell(reporter, name, Phase::Failed, &message);
-            Err(message)
-        }
     }
 }
 

@@ -17,28 +17,35 @@ pub const NETWORK_FILE: &str = "kubeconfig";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("the node's kubeconfig is not valid: {source}")]
+    #[error(
+        "the kubeconfig the node wrote is not valid; `docker logs` of the node says why, and `cargo xtask dev up --recreate` makes the node again"
+    )]
     Parse {
         #[source]
         source: KubeconfigError,
     },
-    #[error("the node's kubeconfig has no cluster entry")]
+    #[error(
+        "the kubeconfig the node wrote names no cluster; `docker logs` of the node says why, and `cargo xtask dev up --recreate` makes the node again"
+    )]
     NoCluster,
-    #[error("cannot read the kubeconfig {}: {source}; run `cargo xtask dev up` first", path.display())]
+    #[error("cannot read the kubeconfig {}; run `cargo xtask dev up` first", path.display())]
     Read {
         path: PathBuf,
         #[source]
         source: KubeconfigError,
     },
-    #[error("cannot use context `{context}` of {path}: {source}")]
+    #[error(
+        "cannot use context `{context}` of {path}; `kubectl config get-contexts` lists the contexts there"
+    )]
     Context {
         context: String,
         path: String,
         #[source]
         source: KubeconfigError,
     },
-    #[error("cannot create a Kubernetes client: {source}")]
+    #[error("cannot create a Kubernetes client from {path}")]
     Client {
+        path: String,
         #[source]
         source: kube::Error,
     },
@@ -94,11 +101,21 @@ pub async fn client(path: &Path, context: Option<&str>) -> Result<kube::Client, 
 /// A client for `context` of the user's own kubeconfig (`KUBECONFIG` or
 /// `~/.kube/config`): the `existing` provider.
 pub async fn user_client(context: &str) -> Result<kube::Client, Error> {
+    let path = user_kubeconfig_path();
     let config = Kubeconfig::read().map_err(|source| Error::Read {
-        path: PathBuf::from("~/.kube/config"),
+        path: path.clone(),
         source,
     })?;
-    client_from(config, Some(context), "your kubeconfig").await
+    client_from(config, Some(context), &path.display().to_string()).await
+}
+
+/// Where the user's kubeconfig is read from: `KUBECONFIG` (its first
+/// entry), else `~/.kube/config`.
+fn user_kubeconfig_path() -> PathBuf {
+    match std::env::var_os("KUBECONFIG") {
+        Some(list) if !list.is_empty() => std::env::split_paths(&list).next().unwrap_or_default(),
+        _ => PathBuf::from("~/.kube/config"),
+    }
 }
 
 async fn client_from(
@@ -117,7 +134,10 @@ async fn client_from(
             path: what.to_string(),
             source,
         })?;
-    kube::Client::try_from(config).map_err(|source| Error::Client { source })
+    kube::Client::try_from(config).map_err(|source| Error::Client {
+        path: what.to_string(),
+        source,
+    })
 }
 
 #[cfg(test)]

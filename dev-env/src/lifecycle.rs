@@ -23,7 +23,7 @@ use bollard::Docker;
 pub use self::{
     down::{DownOptions, DownReport, down},
     dry_run::{DryRun, dry_run},
-    node_image::{SIM_SOURCE_LABEL, build_sim_image, sim_source_hash, sim_workspace},
+    node_image::{BuildError, SIM_SOURCE_LABEL, build_sim_image, sim_source_hash, sim_workspace},
 };
 use crate::{
     apply::{self, Applied},
@@ -60,10 +60,24 @@ pub enum Error {
     Preflight(Box<crate::preflight::Error>),
     #[error("{}\nnothing was changed; run `cargo xtask dev up --recreate` to replace {} (the registry's data volume is kept)", list(drifts), if drifts.len() == 1 { "it" } else { "them" })]
     Drift { drifts: Vec<Drift> },
-    #[error("{}", errors.join("\n"))]
-    Push { errors: Vec<String> },
-    #[error("building the node image `{image}`: {reason}")]
+    #[error("{}", failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    Push { failures: Vec<PushFailure> },
+    #[error("the node image `{image}`: {reason}")]
     NodeImage { image: String, reason: String },
+    #[error(
+        "the engine cannot pull the node image `{image}`; pull it where a registry is reachable and `docker load` it here, or use `provider: sim` for an offline cluster"
+    )]
+    NodePull {
+        image: String,
+        #[source]
+        source: Box<bollard::errors::Error>,
+    },
+    #[error("cannot build the node image `{image}`")]
+    NodeImageBuild {
+        image: String,
+        #[source]
+        source: Box<node_image::BuildError>,
+    },
     #[error(transparent)]
     Lock(#[from] lock::Error),
     #[error(transparent)]
@@ -77,6 +91,15 @@ pub enum Error {
         #[source]
         source: Box<image::distribution::Error>,
     },
+}
+
+/// A component `up` had to push and could not. One of several failures
+/// listed at once: the error is shown in the line, not chained.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}\nfix it and run `cargo xtask push-image {component}`, then `cargo xtask dev up`")]
+pub struct PushFailure {
+    pub component: String,
+    pub error: image::Error,
 }
 
 impl From<crate::preflight::Error> for Error {
@@ -440,17 +463,18 @@ async fn ensure_images(
         },
     )
     .await;
-    let errors: Vec<String> = unpushed
+    let failures: Vec<PushFailure> = unpushed
         .iter()
         .zip(results)
         .filter_map(|(name, result)| {
-            result.err().map(|e| {
-                format!("{e}\nfix the build and run `cargo xtask push-image {name}`, then `cargo xtask dev up`")
+            result.err().map(|error| PushFailure {
+                component: name.clone(),
+                error,
             })
         })
         .collect();
-    if !errors.is_empty() {
-        return Err(Error::Push { errors });
+    if !failures.is_empty() {
+        return Err(Error::Push { failures });
     }
     Ok(unpushed)
 }

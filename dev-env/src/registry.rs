@@ -99,7 +99,9 @@ pub enum Error {
         "network `{network}` does not exist; `cargo xtask dev up` creates it before the registry"
     )]
     NoNetwork { network: String },
-    #[error("cannot find a free port on 127.0.0.1: {source}")]
+    #[error(
+        "cannot find a free port on 127.0.0.1 for the registry; free one, or set `registry.hostPort` to a port you know is free"
+    )]
     NoFreePort {
         #[source]
         source: std::io::Error,

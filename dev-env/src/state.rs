@@ -44,19 +44,19 @@ pub struct PushedImage {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}; check its permissions, or delete it to start over (`cargo xtask dev up` rebuilds it, pushing the components again)", path.display())]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("{} is not valid state ({source}); delete it and run `cargo xtask dev up` again", path.display())]
+    #[error("{} is not valid state; delete it and run `cargo xtask dev up` again", path.display())]
     Corrupt {
         path: PathBuf,
         #[source]
         source: serde_json::Error,
     },
-    #[error("cannot write {}: {source}", path.display())]
+    #[error("cannot write {}; check that its directory is writable and the disk is not full", path.display())]
     Write {
         path: PathBuf,
         #[source]

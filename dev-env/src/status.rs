@@ -136,6 +136,30 @@ pub enum Error {
     Lifecycle(#[from] lifecycle::Error),
     #[error(transparent)]
     State(#[from] crate::state::Error),
+    #[error(transparent)]
+    Config(#[from] crate::config::Error),
+    #[error(transparent)]
+    Kubeconfig(#[from] crate::kubeconfig::Error),
+    #[error(transparent)]
+    Rollout(#[from] rollout::Error),
+    #[error("reading {what}: {}", crate::apply::api_error(error))]
+    Api { what: String, error: kube::Error },
+    #[error("{kind} {namespace}/{name} does not exist; `cargo xtask dev up` applies the manifests")]
+    Missing {
+        kind: &'static str,
+        namespace: String,
+        name: String,
+    },
+    #[error(
+        "WorkerPool {namespace}/{name} has no Deployment yet: its controller has not made one; `cargo xtask dev logs controller-manager` shows why"
+    )]
+    NoOwnedDeployment { namespace: String, name: String },
+}
+
+/// `Error::Api` for reading `what`.
+fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let what = what.into();
+    move |error| Error::Api { what, error }
 }
 
 /// Looks at everything `config` declares.
@@ -257,8 +281,8 @@ pub async fn status(config: &Config) -> Result<Status, Error> {
                     container: r.container.clone(),
                     digest: pushed,
                 };
-                if let Err(message) = inspect_component(client, r.kind, want, &mut status).await {
-                    status.message = message;
+                if let Err(e) = inspect_component(client, r.kind, want, &mut status).await {
+                    status.message = e.to_string();
                 }
             }
             _ => status.message = String::from("the cluster is not reachable"),
@@ -320,31 +344,36 @@ async fn deployment_of(
     kind: RolloutKind,
     namespace: &str,
     name: &str,
-) -> Result<String, String> {
+) -> Result<String, Error> {
     if kind == RolloutKind::Deployment {
         return Ok(name.to_string());
     }
-    let resource = rollout::worker_pool_resource(client)
-        .await
-        .map_err(|e| e.to_string())?;
+    let resource = rollout::worker_pool_resource(client).await?;
     let pools: Api<kube::api::DynamicObject> =
         Api::namespaced_with(client.clone(), namespace, &resource);
     let pool = pools
         .get_opt(name)
         .await
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| format!("WorkerPool {namespace}/{name} does not exist"))?;
+        .map_err(api(format!("WorkerPool {namespace}/{name}")))?
+        .ok_or_else(|| Error::Missing {
+            kind: "WorkerPool",
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })?;
     let uid = pool.uid().unwrap_or_default();
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
     deployments
         .list(&ListParams::default())
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(api(format!("the Deployments in {namespace}")))?
         .items
         .into_iter()
         .find(|d| d.owner_references().iter().any(|o| o.uid == uid))
         .map(|d| d.name_any())
-        .ok_or_else(|| String::from("the WorkerPool's controller has not created its Deployment"))
+        .ok_or_else(|| Error::NoOwnedDeployment {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        })
 }
 
 async fn inspect_component(
@@ -352,18 +381,18 @@ async fn inspect_component(
     kind: RolloutKind,
     mut want: Want,
     status: &mut ComponentStatus,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     want.deployment = deployment_of(client, kind, &want.namespace, &want.deployment).await?;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &want.namespace);
+    let what = format!("Deployment {}/{}", want.namespace, want.deployment);
     let deploy = deployments
         .get_opt(&want.deployment)
         .await
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| {
-            format!(
-                "Deployment {}/{} does not exist",
-                want.namespace, want.deployment
-            )
+        .map_err(api(what.clone()))?
+        .ok_or_else(|| Error::Missing {
+            kind: "Deployment",
+            namespace: want.namespace.clone(),
+            name: want.deployment.clone(),
         })?;
     let selector = workload::selector_of(&deploy);
     let params = ListParams::default().labels(&selector);
@@ -372,7 +401,7 @@ async fn inspect_component(
     let rs: Vec<_> = replica_sets
         .list(&params)
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(api(format!("the ReplicaSets of {what}")))?
         .items
         .into_iter()
         .map(std::sync::Arc::new)
@@ -380,7 +409,7 @@ async fn inspect_component(
     let pods: Vec<_> = pods
         .list(&params)
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(api(format!("the pods of {what}")))?
         .items
         .into_iter()
         .map(std::sync::Arc::new)
@@ -425,26 +454,25 @@ pub async fn logs(
     component: &str,
     follow: bool,
     line: &(dyn Fn(&str) + Sync),
-) -> Result<usize, String> {
+) -> Result<usize, Error> {
     use futures::{AsyncBufReadExt, StreamExt};
 
-    let c = config.component(component).map_err(|e| e.to_string())?;
+    let c = config.component(component)?;
     let r = &c.rollout;
-    let client = deliver::cluster_client(config)
-        .await
-        .map_err(|e| e.to_string())?;
+    let client = deliver::cluster_client(config).await?;
     let deployment = deployment_of(&client, r.kind, &r.namespace, &r.name).await?;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &r.namespace);
+    let what = format!("Deployment {}/{deployment}", r.namespace);
     let deploy = deployments
         .get(&deployment)
         .await
-        .map_err(|e| crate::apply::api_error(&e))?;
+        .map_err(api(what.clone()))?;
     let selector = workload::selector_of(&deploy);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &r.namespace);
     let list = pods
         .list(&ListParams::default().labels(&selector))
         .await
-        .map_err(|e| crate::apply::api_error(&e))?;
+        .map_err(api(format!("the pods of {what}")))?;
     let params = kube::api::LogParams {
         container: Some(r.container.clone()),
         follow,

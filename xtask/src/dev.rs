@@ -131,7 +131,7 @@ impl flags::Logs {
                 self.follow,
                 &print,
             ))?
-            .map_err(|e| anyhow::anyhow!("dev logs {}: {e}", self.component))?;
+            .with_context(|| format!("dev logs {}", self.component))?;
         if pods == 0 {
             anyhow::bail!(
                 "component `{}` has no pods; run `cargo xtask dev up` or `push-image`",

@@ -39,7 +39,19 @@ pub(super) async fn ensure_node_image(
                 config.root.display()
             ))
         })?;
-        let source = sim_source_hash(&workspace).map_err(|e| err(e.to_string()))?;
+        // Reading every source file blocks: off the runtime.
+        let root = workspace.clone();
+        let hashed = tokio::task::spawn_blocking(move || sim_source_hash(&root))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))
+            .and_then(|hashed| hashed);
+        let source = hashed.map_err(|source| Error::NodeImageBuild {
+            image: image.clone(),
+            source: Box::new(BuildError::Hash {
+                root: workspace.clone(),
+                source,
+            }),
+        })?;
         let built_from = present
             .as_ref()
             .and_then(|i| i.config.as_ref())
@@ -54,7 +66,10 @@ pub(super) async fn ensure_node_image(
         });
         build_sim_image(docker, &workspace, image, &source, verbose)
             .await
-            .map_err(err)?;
+            .map_err(|source| Error::NodeImageBuild {
+                image: image.clone(),
+                source: Box::new(source),
+            })?;
         reporter.report(&Event::NodeImage {
             image: image.clone(),
             step: Step::Built,
@@ -73,10 +88,11 @@ pub(super) async fn ensure_node_image(
         .build();
     let mut pull = docker.create_image(Some(options), None, None);
     while let Some(step) = pull.next().await {
-        if let Err(e) = step {
-            return Err(err(format!(
-                "the engine could not pull it ({e}); pull it where a registry is reachable and `docker load` it here, or use `provider: sim` for an offline cluster"
-            )));
+        if let Err(source) = step {
+            return Err(Error::NodePull {
+                image: image.clone(),
+                source: Box::new(source),
+            });
         }
     }
     Ok(NodeImage::Pulled)
@@ -130,6 +146,34 @@ pub fn sim_source_hash(root: &Path) -> std::io::Result<String> {
     Ok(hex::encode(hasher.finalize()))
 }
 
+/// Why the kube-sim node image could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("the sim provider builds the workspace's `kube-sim` package, and that build failed")]
+    Binary {
+        #[source]
+        source: cargo_build::Error,
+    },
+    #[error("the build of `kube-sim` stopped before it finished")]
+    Interrupted {
+        #[source]
+        source: tokio::task::JoinError,
+    },
+    #[error("cannot stage the image's files in a temporary directory")]
+    Stage {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot hash the sources under {}", root.display())]
+    Hash {
+        root: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Image(#[from] image::docker::Error),
+}
+
 /// Builds the kube-sim node image: a static `kube-sim` binary in an empty
 /// image whose entrypoint takes k3s's `server` arguments, labelled with the
 /// hash of its sources.
@@ -139,7 +183,7 @@ pub async fn build_sim_image(
     image: &str,
     source: &str,
     verbose: bool,
-) -> Result<(), String> {
+) -> Result<(), BuildError> {
     let root = root.to_path_buf();
     let binary = tokio::task::spawn_blocking(move || {
         cargo_build::build_binary(&cargo_build::Build {
@@ -150,15 +194,16 @@ pub async fn build_sim_image(
         })
     })
     .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("{e}; the sim provider builds the workspace's `kube-sim` package"))?;
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    std::fs::copy(&binary, dir.path().join("kube-sim")).map_err(|e| e.to_string())?;
+    .map_err(|source| BuildError::Interrupted { source })?
+    .map_err(|source| BuildError::Binary { source })?;
+    let stage = |source| BuildError::Stage { source };
+    let dir = tempfile::tempdir().map_err(stage)?;
+    std::fs::copy(&binary, dir.path().join("kube-sim")).map_err(stage)?;
     let dockerfile = dir.path().join("Dockerfile");
     let text = format!(
         "FROM scratch\nCOPY kube-sim /bin/kube-sim\nLABEL {SIM_SOURCE_LABEL}={source}\nENTRYPOINT [\"/bin/kube-sim\"]\n"
     );
-    std::fs::write(&dockerfile, text).map_err(|e| e.to_string())?;
+    std::fs::write(&dockerfile, text).map_err(stage)?;
     let (repository, tag) = match image.rsplit_once(':') {
         Some((r, t)) if !t.contains('/') => (r, t),
         _ => (image, "latest"),
@@ -174,8 +219,6 @@ pub async fn build_sim_image(
         staged: &[],
         verbose,
     };
-    image::docker::build(docker, &build)
-        .await
-        .map_err(|e| e.to_string())?;
+    image::docker::build(docker, &build).await?;
     Ok(())
 }

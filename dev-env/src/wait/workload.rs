@@ -101,7 +101,7 @@ pub enum Error {
     #[error("{what} was deleted while waiting")]
     Deleted { what: String },
     #[error(
-        "timed out after {}s waiting for {what}; last observed:\n{last}{}",
+        "timed out after {}s waiting for {what}; last observed:\n{last}{}\nwhen it is only slow, give it longer with `--timeout`; `cargo xtask dev logs <component>` shows what the pods say",
         timeout.as_secs(),
         last_error.as_ref().map(|e| format!("\nlast watch error: {e}")).unwrap_or_default()
     )]
