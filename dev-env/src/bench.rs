@@ -292,7 +292,7 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
     for run in 0..runs {
         project.source(&format!("v{}", run + 2))?;
         let started = Instant::now();
-        let cargo_build = cargo::Build {
+        let cargo_build = cargo::CargoBuild {
             root: &project.dir,
             package: "app",
             bin: "app",
@@ -433,7 +433,7 @@ async fn by_hand(
     let in_cluster = format!("{}/bench/app:hand-{run}", config.registry.cluster_host);
     tokio::task::block_in_place(|| {
         let started = Instant::now();
-        let build = cargo::Build {
+        let build = cargo::CargoBuild {
             root: &dir,
             package: "app",
             bin: "app",

@@ -231,7 +231,7 @@ pub async fn push_component(
 
     let (digest, uploaded_bytes, uploaded_blobs, skipped_blobs, verified) = match &component.build {
         Build::Cargo { package, bin } => {
-            let build = cargo::Build {
+            let build = cargo::CargoBuild {
                 root: &config.root,
                 package,
                 bin,
@@ -294,7 +294,7 @@ pub async fn push_component(
             // context root under its name.
             let mut staged = Vec::new();
             if let Some(binary) = staged_binary {
-                let build = cargo::Build {
+                let build = cargo::CargoBuild {
                     root: &config.root,
                     package: &binary.package,
                     bin: &binary.bin,
@@ -327,7 +327,7 @@ pub async fn push_component(
                 source: Box::new(source),
             };
             let repository = format!("{}/{repo}", registry.host());
-            let build = docker::Build {
+            let build = docker::DockerBuild {
                 context,
                 dockerfile,
                 target: target.as_deref(),
@@ -371,8 +371,8 @@ pub async fn push_component(
 
 /// Runs `step` (a blocking cargo build) off the async runtime.
 async fn off_runtime<T: Send + 'static>(
-    build: cargo::Build<'_>,
-    step: fn(&cargo::Build<'_>) -> Result<T, cargo::Error>,
+    build: cargo::CargoBuild<'_>,
+    step: fn(&cargo::CargoBuild<'_>) -> Result<T, cargo::Error>,
 ) -> Result<T, cargo::Error> {
     let (root, package, bin, verbose) = (
         build.root.to_path_buf(),
@@ -381,7 +381,7 @@ async fn off_runtime<T: Send + 'static>(
         build.verbose,
     );
     tokio::task::spawn_blocking(move || {
-        step(&cargo::Build {
+        step(&cargo::CargoBuild {
             root: &root,
             package: &package,
             bin: &bin,

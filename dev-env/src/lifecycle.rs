@@ -29,7 +29,7 @@ use crate::{
     config::{Config, Provider},
     docker::{self, inspect_container},
     image, kubeconfig, lock, manifest, network, ownership,
-    plan::{self, Drift},
+    plan::{self, Drift, Object, Ownership},
     registry,
     state::State,
     wait::{node::NodeProbe, workload::WaitOptions},
@@ -105,10 +105,10 @@ pub struct UpOptions {
 #[derive(Debug, Clone)]
 pub struct UpReport {
     /// `None` when the environment needs no network.
-    pub network: Option<network::Outcome>,
+    pub network: Option<network::Ensured>,
     pub registry: registry::Endpoint,
     pub node_image: Option<NodeImage>,
-    pub node: Option<(cluster::Outcome, Node)>,
+    pub node: Option<(cluster::Ensured, Node)>,
     pub recreated: Vec<Drift>,
     /// Components pushed during `up`: never pushed before, or no longer in
     /// the registry.
@@ -138,8 +138,8 @@ pub async fn drift(docker: &Docker, config: &Config) -> Result<Vec<Drift>, Error
             && !docker::never_started(&existing)
         {
             let labels = existing.config.and_then(|c| c.labels).unwrap_or_default();
-            if let Some(Some(d)) =
-                plan::drift_from_labels(&labels, "registry", &spec.container, &spec)
+            if let Ownership::Drifted(d) =
+                plan::drift_from_labels(&labels, Object::Registry, &spec.container, &spec)
             {
                 drifts.push(d);
             }
@@ -153,7 +153,8 @@ pub async fn drift(docker: &Docker, config: &Config) -> Result<Vec<Drift>, Error
             && !docker::never_started(&existing)
         {
             let labels = existing.config.and_then(|c| c.labels).unwrap_or_default();
-            if let Some(Some(d)) = plan::drift_from_labels(&labels, "node", &spec.container, &spec)
+            if let Ownership::Drifted(d) =
+                plan::drift_from_labels(&labels, Object::Node, &spec.container, &spec)
             {
                 drifts.push(d);
             }
@@ -247,12 +248,12 @@ async fn remove_drifted(
     for d in drifts {
         progress(&format!("recreating {} `{}`", d.object, d.name));
     }
-    let network_drifted = drifts.iter().any(|d| d.object == "network");
-    let drifted = |object: &str| network_drifted || drifts.iter().any(|d| d.object == object);
-    if config.cluster.provider != Provider::Existing && drifted("node") {
+    let network_drifted = drifts.iter().any(|d| d.object == Object::Network);
+    let drifted = |object: Object| network_drifted || drifts.iter().any(|d| d.object == object);
+    if config.cluster.provider != Provider::Existing && drifted(Object::Node) {
         cluster::remove(docker, config).await?;
     }
-    if drifted("registry") {
+    if drifted(Object::Registry) {
         registry::remove(docker, config).await?;
     }
     if network_drifted {
@@ -268,7 +269,7 @@ async fn ensure_network(
     docker: &Docker,
     config: &Config,
     progress: &(dyn Fn(&str) + Sync),
-) -> Result<Option<network::Outcome>, Error> {
+) -> Result<Option<network::Ensured>, Error> {
     if !plan::needs_network(config) {
         return Ok(None);
     }
@@ -278,7 +279,7 @@ async fn ensure_network(
         config.network.name,
         describe_network(&network)
     ));
-    if let network::Outcome::Drifted(d) = network {
+    if let network::Ensured::Drifted(d) = network {
         return Err(Error::Drift { drifts: vec![d] });
     }
     let attached = network::attach_environment(docker, config).await?;
@@ -295,7 +296,7 @@ async fn ensure_network(
 /// The cluster as `up` leaves it.
 struct Cluster {
     node_image: Option<NodeImage>,
-    node: Option<(cluster::Outcome, Node)>,
+    node: Option<(cluster::Ensured, Node)>,
     client: kube::Client,
 }
 
@@ -336,7 +337,7 @@ async fn ensure_cluster(
         now.node_token.clone_from(&state.node_token);
     })?;
     let Some(node) = node else {
-        let cluster::Outcome::Drifted(d) = outcome else {
+        let cluster::Ensured::Drifted(d) = outcome else {
             unreachable!("a node is returned unless drifted")
         };
         return Err(Error::Drift { drifts: vec![d] });
@@ -429,20 +430,20 @@ async fn node_runs_stale_image(docker: &Docker, config: &Config) -> Result<bool,
     Ok(current.is_some() && container.image != current)
 }
 
-fn describe_network(outcome: &network::Outcome) -> &'static str {
+fn describe_network(outcome: &network::Ensured) -> &'static str {
     match outcome {
-        network::Outcome::Created => "created",
-        network::Outcome::Unchanged => "unchanged",
-        network::Outcome::Drifted(_) => "drifted",
+        network::Ensured::Created => "created",
+        network::Ensured::Unchanged => "unchanged",
+        network::Ensured::Drifted(_) => "drifted",
     }
 }
 
-fn describe_node(outcome: &cluster::Outcome) -> &'static str {
+fn describe_node(outcome: &cluster::Ensured) -> &'static str {
     match outcome {
-        cluster::Outcome::Created => "created",
-        cluster::Outcome::Started => "started",
-        cluster::Outcome::Unchanged => "running",
-        cluster::Outcome::Drifted(_) => "drifted",
+        cluster::Ensured::Created => "created",
+        cluster::Ensured::Started => "started",
+        cluster::Ensured::Unchanged => "running",
+        cluster::Ensured::Drifted(_) => "drifted",
     }
 }
 

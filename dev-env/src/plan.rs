@@ -358,25 +358,53 @@ pub struct Change {
     pub now: String,
 }
 
+/// The Docker objects the drift gate watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Object {
+    Network,
+    Registry,
+    Node,
+}
+
+impl fmt::Display for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Object::Network => "network",
+            Object::Registry => "registry",
+            Object::Node => "node",
+        })
+    }
+}
+
 /// How an existing object differs from its declared spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drift {
-    /// `network`, `registry` or `node`.
-    pub object: String,
+    pub object: Object,
     pub name: String,
     pub changes: Vec<Change>,
 }
 
+/// What the drift gate's labels say of an existing object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ownership {
+    /// It carries no spec label: this harness did not create it.
+    NotOurs,
+    /// It was created from the spec declared now.
+    Matches,
+    /// It was created from another spec.
+    Drifted(Drift),
+}
+
 impl Drift {
     /// Compares two specs field by field; `None` when they are equal.
-    pub fn between<T: Serialize>(object: &str, name: &str, was: &T, now: &T) -> Option<Drift> {
+    pub fn between<T: Serialize>(object: Object, name: &str, was: &T, now: &T) -> Option<Drift> {
         let was = serde_json::to_value(was).expect("specs serialize");
         let now = serde_json::to_value(now).expect("specs serialize");
         Drift::between_values(object, name, &was, &now)
     }
 
     fn between_values(
-        object: &str,
+        object: Object,
         name: &str,
         was: &serde_json::Value,
         now: &serde_json::Value,
@@ -402,7 +430,7 @@ impl Drift {
             })
             .collect();
         (!changes.is_empty()).then(|| Drift {
-            object: object.to_string(),
+            object,
             name: name.to_string(),
             changes,
         })
@@ -423,26 +451,27 @@ impl fmt::Display for Drift {
     }
 }
 
-/// Reads the drift gate's labels: `None` when the object carries no spec
-/// label (it was not created by this harness), else whether it drifted.
+/// Reads the drift gate's labels of an existing object.
 pub fn drift_from_labels<T: Serialize>(
     labels: &HashMap<String, String>,
-    object: &str,
+    object: Object,
     name: &str,
     spec: &T,
-) -> Option<Option<Drift>> {
-    let hash = labels.get(LABEL_SPEC_HASH)?;
+) -> Ownership {
+    let Some(hash) = labels.get(LABEL_SPEC_HASH) else {
+        return Ownership::NotOurs;
+    };
     if *hash == spec_hash(spec) {
-        return Some(None);
+        return Ownership::Matches;
     }
     let was: serde_json::Value = labels
         .get(LABEL_SPEC)
         .and_then(|s| serde_json::from_str(s).ok())
         .unwrap_or_default();
     let now = serde_json::to_value(spec).expect("specs serialize");
-    Some(Some(
+    Ownership::Drifted(
         Drift::between_values(object, name, &was, &now).unwrap_or_else(|| Drift {
-            object: object.to_string(),
+            object,
             name: name.to_string(),
             changes: vec![Change {
                 field: String::from("spec"),
@@ -450,7 +479,7 @@ pub fn drift_from_labels<T: Serialize>(
                 now: spec_hash(spec),
             }],
         }),
-    ))
+    )
 }
 
 /// sha256 of a spec's canonical JSON: the value of [`LABEL_SPEC_HASH`].
@@ -733,15 +762,21 @@ mod tests {
         ));
         let labels = labels("a", "network", &a);
         assert_eq!(labels[docker::LABEL_NAME], "a");
-        assert_eq!(drift_from_labels(&labels, "network", "a", &a), Some(None));
-        let drift = drift_from_labels(&labels, "network", "a", &b)
-            .unwrap()
-            .unwrap();
+        assert_eq!(
+            drift_from_labels(&labels, Object::Network, "a", &a),
+            Ownership::Matches
+        );
+        let Ownership::Drifted(drift) = drift_from_labels(&labels, Object::Network, "a", &b) else {
+            panic!("a drift")
+        };
         assert_eq!(
             drift.to_string(),
             "network `a` differs from dev-env.yaml:\n    ipv4Subnet: 192.168.231.0/24 -> 172.29.0.0/24\n    ipv6Subnet: (unset) -> fd00:1::/64"
         );
-        assert_eq!(drift_from_labels(&HashMap::new(), "network", "a", &a), None);
+        assert_eq!(
+            drift_from_labels(&HashMap::new(), Object::Network, "a", &a),
+            Ownership::NotOurs
+        );
     }
 
     #[test]

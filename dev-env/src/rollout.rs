@@ -72,7 +72,7 @@ pub enum Error {
 
 /// What a roll asked of the cluster, and what to wait for.
 #[derive(Debug, Clone)]
-pub struct Rolled {
+pub struct Roll {
     /// False when the workload already ran the digest and no restart was
     /// asked: nothing was patched.
     pub patched: bool,
@@ -100,7 +100,7 @@ pub async fn roll(
     digest: Option<&str>,
     restart: bool,
     timeout: Duration,
-) -> Result<Rolled, Error> {
+) -> Result<Roll, Error> {
     let component = config
         .components
         .get(name)
@@ -116,7 +116,7 @@ pub async fn roll(
 /// Runs the wait of a roll to its end.
 pub async fn wait(
     client: &Client,
-    rolled: &Rolled,
+    rolled: &Roll,
     options: &WaitOptions,
 ) -> Result<workload::Done, Error> {
     let deployment = workload::deployment(client, &rolled.want, options);
@@ -151,7 +151,7 @@ async fn roll_deployment(
     image: Option<&str>,
     digest: Option<&str>,
     restart: bool,
-) -> Result<Rolled, Error> {
+) -> Result<Roll, Error> {
     let r = &component.rollout;
     let api: Api<Deployment> = Api::namespaced(client.clone(), &r.namespace);
     let what = format!("Deployment {}/{}", r.namespace, r.name);
@@ -189,7 +189,7 @@ async fn roll_deployment(
     };
     let image_changes = image.is_some_and(|i| container.image.as_deref() != Some(i));
     if !image_changes && !restart {
-        return Ok(Rolled {
+        return Ok(Roll {
             patched: false,
             want,
             pool: None,
@@ -213,7 +213,7 @@ async fn roll_deployment(
             what,
             error: source,
         })?;
-    Ok(Rolled {
+    Ok(Roll {
         patched: true,
         want,
         pool: None,
@@ -257,7 +257,7 @@ async fn roll_pool(
     digest: Option<&str>,
     restart: bool,
     timeout: Duration,
-) -> Result<Rolled, Error> {
+) -> Result<Roll, Error> {
     let r = &component.rollout;
     let resource = worker_pool_resource(client).await?;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &r.namespace, &resource);
@@ -323,7 +323,7 @@ async fn roll_pool(
         container: r.container.clone(),
         digest: digest.map(str::to_string),
     };
-    Ok(Rolled {
+    Ok(Roll {
         patched,
         want,
         pool: Some(Pool {
