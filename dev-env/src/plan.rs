@@ -490,155 +490,179 @@ pub fn spec_hash<T: Serialize>(spec: &T) -> String {
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let root = &self.config.root;
-        let rel = |p: &std::path::Path| p.strip_prefix(root).unwrap_or(p).display().to_string();
-        let port = |p: Option<u16>| {
-            p.map_or_else(
-                || String::from("<free port, kept in state>"),
-                |p| p.to_string(),
-            )
-        };
         writeln!(
             f,
             "plan for `{}` ({})",
             self.name,
             self.config.file.display()
         )?;
-        let n = &self.network;
-        let v6 = n
-            .ipv6_subnet
-            .as_ref()
-            .map_or(String::new(), |s| format!(", IPv6 {s} (dual-stack)"));
-        if needs_network(&self.config) {
-            writeln!(
-                f,
-                "network   {}: bridge, IPv4 {}{v6}",
-                n.name, n.ipv4_subnet
-            )?;
-        } else {
-            writeln!(
-                f,
-                "network   none: the registry and the cluster are elsewhere"
-            )?;
-        }
-        match &self.registry {
-            RegistryPlan::Managed(r) => {
-                writeln!(f, "registry  {}: image {}", r.container, r.image)?;
-                writeln!(
-                    f,
-                    "          publish 127.0.0.1:{} -> {REGISTRY_CONTAINER_PORT}/tcp",
-                    port(self.registry_port)
-                )?;
-                writeln!(
-                    f,
-                    "          volume {} on /var/lib/registry (kept by `dev down`)",
-                    r.volume
-                )?;
-                writeln!(
-                    f,
-                    "          network {} as {}",
-                    r.network, self.config.registry.cluster_host
-                )?;
-            }
-            RegistryPlan::External { host } => {
-                writeln!(
-                    f,
-                    "registry  external {host}: nothing is created; pods pull from {}",
-                    self.config.registry.cluster_host
-                )?;
-            }
-        }
+        self.fmt_network(f)?;
+        self.fmt_registry(f)?;
         match &self.cluster {
             ClusterPlan::Node(node) => {
-                writeln!(
-                    f,
-                    "node      {}: image {} (provider {})",
-                    node.container, node.image, self.config.cluster.provider
-                )?;
-                writeln!(f, "          command {}", node.command.join(" "))?;
-                let privileged = if node.privileged { "privileged, " } else { "" };
-                let tmpfs: Vec<_> = node.tmpfs.keys().map(String::as_str).collect();
-                let tmpfs = if tmpfs.is_empty() {
-                    String::new()
-                } else {
-                    format!("tmpfs {}, ", tmpfs.join(" "))
-                };
-                writeln!(f, "          {privileged}{tmpfs}network {}", node.network)?;
-                for (target, source) in &node.mounts {
-                    match source {
-                        MountSource::Volume(v) => writeln!(f, "          volume {v} on {target}")?,
-                        MountSource::Bind(p) => writeln!(f, "          bind {p} on {target}")?,
-                    }
-                }
-                writeln!(
-                    f,
-                    "          publish 127.0.0.1:<free port> -> {NODE_API_PORT}/tcp"
-                )?;
-                for (k, v) in &node.env {
-                    writeln!(f, "          env {k}={v}")?;
-                }
-                writeln!(f, "          env K3S_TOKEN=<random, kept in state>")?;
-                for path in node.files.keys() {
-                    writeln!(f, "          file {path}")?;
-                }
-                for line in node.files[NODE_REGISTRIES_YAML].lines() {
-                    writeln!(f, "            {line}")?;
-                }
-                let dir = rel(&self.config.state_dir());
-                writeln!(
-                    f,
-                    "kubeconfig {dir}/kubeconfig.host (https://127.0.0.1:<port>, for the host)"
-                )?;
-                writeln!(
-                    f,
-                    "           {dir}/kubeconfig (https://{}:{NODE_API_PORT}, for containers on the network)",
-                    node.container
-                )?;
+                self.fmt_node(f, node)?;
+                self.fmt_kubeconfigs(f, node)?;
             }
-            ClusterPlan::Existing { context } => {
-                writeln!(
-                    f,
-                    "cluster   existing context `{context}` from your kubeconfig: nothing is created"
-                )?;
-            }
+            ClusterPlan::Existing { context } => writeln!(
+                f,
+                "cluster   existing context `{context}` from your kubeconfig: nothing is created"
+            )?,
         }
         writeln!(
             f,
             "config map kube-public/local-registry-hosting (KEP-1755)"
         )?;
-        if self.manifests.is_empty() {
-            writeln!(f, "manifests none declared")?;
-        } else {
-            writeln!(
+        self.fmt_manifests(f)?;
+        self.fmt_components(f)
+    }
+}
+
+impl Plan {
+    /// `path` relative to the config's root, when it is under it.
+    fn relative(&self, path: &std::path::Path) -> String {
+        let root = &self.config.root;
+        path.strip_prefix(root)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    }
+
+    fn fmt_network(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !needs_network(&self.config) {
+            return writeln!(
                 f,
-                "manifests server-side apply, field manager `dev-env`, in this order:"
-            )?;
-            for (i, m) in self.manifests.iter().enumerate() {
-                writeln!(
+                "network   none: the registry and the cluster are elsewhere"
+            );
+        }
+        let n = &self.network;
+        let v6 = n
+            .ipv6_subnet
+            .as_ref()
+            .map_or(String::new(), |s| format!(", IPv6 {s} (dual-stack)"));
+        writeln!(
+            f,
+            "network   {}: bridge, IPv4 {}{v6}",
+            n.name, n.ipv4_subnet
+        )
+    }
+
+    fn fmt_registry(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cluster_host = &self.config.registry.cluster_host;
+        let r = match &self.registry {
+            RegistryPlan::Managed(r) => r,
+            RegistryPlan::External { host } => {
+                return writeln!(
                     f,
-                    "  {:>2}. {} ({}:{})",
-                    i + 1,
-                    m.display_name(),
-                    rel(&m.file),
-                    m.line
-                )?;
+                    "registry  external {host}: nothing is created; pods pull from {cluster_host}"
+                );
+            }
+        };
+        let port = self.registry_port.map_or_else(
+            || String::from("<free port, kept in state>"),
+            |p| p.to_string(),
+        );
+        writeln!(f, "registry  {}: image {}", r.container, r.image)?;
+        writeln!(
+            f,
+            "          publish 127.0.0.1:{port} -> {REGISTRY_CONTAINER_PORT}/tcp"
+        )?;
+        writeln!(
+            f,
+            "          volume {} on /var/lib/registry (kept by `dev down`)",
+            r.volume
+        )?;
+        writeln!(f, "          network {} as {cluster_host}", r.network)
+    }
+
+    fn fmt_node(&self, f: &mut fmt::Formatter<'_>, node: &NodeSpec) -> fmt::Result {
+        writeln!(
+            f,
+            "node      {}: image {} (provider {})",
+            node.container, node.image, self.config.cluster.provider
+        )?;
+        writeln!(f, "          command {}", node.command.join(" "))?;
+        let privileged = if node.privileged { "privileged, " } else { "" };
+        let tmpfs: Vec<_> = node.tmpfs.keys().map(String::as_str).collect();
+        let tmpfs = if tmpfs.is_empty() {
+            String::new()
+        } else {
+            format!("tmpfs {}, ", tmpfs.join(" "))
+        };
+        writeln!(f, "          {privileged}{tmpfs}network {}", node.network)?;
+        for (target, source) in &node.mounts {
+            match source {
+                MountSource::Volume(v) => writeln!(f, "          volume {v} on {target}")?,
+                MountSource::Bind(p) => writeln!(f, "          bind {p} on {target}")?,
             }
         }
-        if !self.config.components.is_empty() {
-            writeln!(f, "components")?;
-            for (name, c) in &self.config.components {
-                let r = &c.rollout;
-                writeln!(
-                    f,
-                    "  {name}: {}/{}, rolls {} {}/{} container {}",
-                    self.config.registry.cluster_host,
-                    c.image,
-                    r.kind,
-                    r.namespace,
-                    r.name,
-                    r.container
-                )?;
-            }
+        writeln!(
+            f,
+            "          publish 127.0.0.1:<free port> -> {NODE_API_PORT}/tcp"
+        )?;
+        for (k, v) in &node.env {
+            writeln!(f, "          env {k}={v}")?;
+        }
+        writeln!(f, "          env K3S_TOKEN=<random, kept in state>")?;
+        for path in node.files.keys() {
+            writeln!(f, "          file {path}")?;
+        }
+        for line in node.files[NODE_REGISTRIES_YAML].lines() {
+            writeln!(f, "            {line}")?;
+        }
+        Ok(())
+    }
+
+    fn fmt_kubeconfigs(&self, f: &mut fmt::Formatter<'_>, node: &NodeSpec) -> fmt::Result {
+        let dir = self.relative(&self.config.state_dir());
+        writeln!(
+            f,
+            "kubeconfig {dir}/kubeconfig.host (https://127.0.0.1:<port>, for the host)"
+        )?;
+        writeln!(
+            f,
+            "           {dir}/kubeconfig (https://{}:{NODE_API_PORT}, for containers on the network)",
+            node.container
+        )
+    }
+
+    fn fmt_manifests(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.manifests.is_empty() {
+            return writeln!(f, "manifests none declared");
+        }
+        writeln!(
+            f,
+            "manifests server-side apply, field manager `dev-env`, in this order:"
+        )?;
+        for (i, m) in self.manifests.iter().enumerate() {
+            writeln!(
+                f,
+                "  {:>2}. {} ({}:{})",
+                i + 1,
+                m.display_name(),
+                self.relative(&m.file),
+                m.line
+            )?;
+        }
+        Ok(())
+    }
+
+    fn fmt_components(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.config.components.is_empty() {
+            return Ok(());
+        }
+        writeln!(f, "components")?;
+        for (name, c) in &self.config.components {
+            let r = &c.rollout;
+            writeln!(
+                f,
+                "  {name}: {}/{}, rolls {} {}/{} container {}",
+                self.config.registry.cluster_host,
+                c.image,
+                r.kind,
+                r.namespace,
+                r.name,
+                r.container
+            )?;
         }
         Ok(())
     }
