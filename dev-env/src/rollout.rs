@@ -261,13 +261,55 @@ async fn roll_pool(
     let r = &component.rollout;
     let resource = worker_pool_resource(client).await?;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &r.namespace, &resource);
+    let PoolPatch {
+        generation,
+        uid,
+        patched,
+    } = patch_pool(&api, component, image, restart).await?;
+    let deployment = owned_deployment(client, &r.namespace, &r.name, &uid, timeout).await?;
+    let want = Want {
+        namespace: r.namespace.clone(),
+        deployment,
+        container: r.container.clone(),
+        digest: digest.map(str::to_string),
+    };
+    Ok(Roll {
+        patched,
+        want,
+        pool: Some(Pool {
+            resource,
+            name: r.name.clone(),
+            generation,
+        }),
+    })
+}
+
+/// What patching a WorkerPool's template left.
+struct PoolPatch {
+    /// The generation its controller must reach.
+    generation: i64,
+    uid: String,
+    /// False when the template already asked for this.
+    patched: bool,
+}
+
+/// Points the WorkerPool's template at `image` (and restarts it when
+/// `restart`), guarded by its `resourceVersion`: a conflicting write is
+/// read again, five times at most.
+async fn patch_pool(
+    api: &Api<DynamicObject>,
+    component: &Component,
+    image: Option<&str>,
+    restart: bool,
+) -> Result<PoolPatch, Error> {
+    let r = &component.rollout;
     let what = format!("WorkerPool {}/{}", r.namespace, r.name);
     let api_err = |source| Error::Api {
         what: what.clone(),
         error: source,
     };
     let mut attempts = 0;
-    let (generation, uid, patched) = loop {
+    loop {
         attempts += 1;
         let pool = api
             .get_opt(&r.name)
@@ -292,7 +334,11 @@ async fn roll_pool(
         .map_err(|found| no_container("WorkerPool", component, found.into_iter()))?;
         let uid = pool.uid().unwrap_or_default();
         if !changed {
-            break (pool.metadata.generation.unwrap_or(0), uid, false);
+            return Ok(PoolPatch {
+                generation: pool.metadata.generation.unwrap_or(0),
+                uid,
+                patched: false,
+            });
         }
         let patch = json!({
             "metadata": {"resourceVersion": pool.resource_version()},
@@ -303,7 +349,13 @@ async fn roll_pool(
             ..PatchParams::default()
         };
         match api.patch(&r.name, &params, &Patch::Merge(&patch)).await {
-            Ok(updated) => break (updated.metadata.generation.unwrap_or(0), uid, true),
+            Ok(updated) => {
+                return Ok(PoolPatch {
+                    generation: updated.metadata.generation.unwrap_or(0),
+                    uid,
+                    patched: true,
+                });
+            }
             Err(kube::Error::Api(status)) if status.code == 409 && attempts < 5 => continue,
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 return Err(Error::Contended { what });
@@ -315,23 +367,7 @@ async fn roll_pool(
                 });
             }
         }
-    };
-    let deployment = owned_deployment(client, &r.namespace, &r.name, &uid, timeout).await?;
-    let want = Want {
-        namespace: r.namespace.clone(),
-        deployment,
-        container: r.container.clone(),
-        digest: digest.map(str::to_string),
-    };
-    Ok(Roll {
-        patched,
-        want,
-        pool: Some(Pool {
-            resource,
-            name: r.name.clone(),
-            generation,
-        }),
-    })
+    }
 }
 
 /// Sets the named container's image and the restart annotation in a pod
