@@ -26,7 +26,10 @@ use crate::{
     config::Config,
     docker::{self, inspect_container, is_running, published_port},
     kubeconfig,
-    plan::{self, Drift, MountSource, NODE_API_PORT, NODE_KUBECONFIG_OUTPUT, NodeSpec},
+    plan::{
+        self, Drift, MountSource, NODE_API_PORT, NODE_KUBECONFIG_OUTPUT, NodeSpec, Object,
+        Ownership,
+    },
     state::State,
     wait::{self, Step},
 };
@@ -73,7 +76,7 @@ pub enum Error {
 
 /// What [`ensure`] found or did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Ensured {
     Created,
     /// It existed but was stopped.
     Started,
@@ -101,7 +104,7 @@ pub async fn ensure(
     spec: &NodeSpec,
     state: &mut State,
     recreate: bool,
-) -> Result<(Outcome, Option<Node>), Error> {
+) -> Result<(Ensured, Option<Node>), Error> {
     let outcome = match inspect_container(docker, &spec.container).await? {
         Some(existing) => {
             let labels = existing
@@ -109,31 +112,33 @@ pub async fn ensure(
                 .as_ref()
                 .and_then(|c| c.labels.clone())
                 .unwrap_or_default();
-            match plan::drift_from_labels(&labels, "node", &spec.container, spec) {
-                None => return Err(Error::Foreign(spec.container.clone())),
+            match plan::drift_from_labels(&labels, Object::Node, &spec.container, spec) {
+                Ownership::NotOurs => return Err(Error::Foreign(spec.container.clone())),
                 // Created but never started: a run was interrupted before
                 // its files were copied in, so it is incomplete.
-                Some(_) if docker::never_started(&existing) => {
+                _ if docker::never_started(&existing) => {
                     docker::remove_container(docker, &spec.container).await?;
                     create(docker, config, spec, state).await?;
-                    Outcome::Created
+                    Ensured::Created
                 }
-                Some(Some(drift)) if !recreate => return Ok((Outcome::Drifted(drift), None)),
-                Some(Some(_)) => {
+                Ownership::Drifted(drift) if !recreate => {
+                    return Ok((Ensured::Drifted(drift), None));
+                }
+                Ownership::Drifted(_) => {
                     docker::remove_container(docker, &spec.container).await?;
                     create(docker, config, spec, state).await?;
-                    Outcome::Created
+                    Ensured::Created
                 }
-                Some(None) if is_running(&existing) => Outcome::Unchanged,
-                Some(None) => {
+                Ownership::Matches if is_running(&existing) => Ensured::Unchanged,
+                Ownership::Matches => {
                     start(docker, &spec.container).await?;
-                    Outcome::Started
+                    Ensured::Started
                 }
             }
         }
         None => {
             create(docker, config, spec, state).await?;
-            Outcome::Created
+            Ensured::Created
         }
     };
     let node = connect(docker, config, spec).await?;

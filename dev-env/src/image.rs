@@ -28,7 +28,7 @@ use serde::Serialize;
 use xshell::{Shell, cmd};
 
 use crate::{
-    config::{Build, Config},
+    config::{Build, CargoBinary, Config},
     state::{PushedImage, State},
 };
 
@@ -212,167 +212,214 @@ pub async fn push_component(
 ) -> Result<Pushed, Error> {
     let started = Instant::now();
     let component = config.component(name)?;
-    let repo = component.image.as_str();
-    let reference = format!("{}/{repo}:{DEV_TAG}", registry.host());
-    let registry_err = |source| Error::Registry {
+    let target = Target {
+        registry,
+        component: name,
+        repo: component.image.as_str(),
+    };
+    registry.ping().await.map_err(|source| Error::Registry {
         component: name.to_string(),
         source: Box::new(source),
-    };
-    registry.ping().await.map_err(registry_err)?;
-    let push_err = |source| Error::Push {
-        component: name.to_string(),
-        registry: registry.host().to_string(),
-        source: Box::new(source),
-    };
+    })?;
     let before = registry
-        .get_manifest(repo, DEV_TAG)
+        .get_manifest(target.repo, DEV_TAG)
         .await
-        .map_err(push_err)?;
-
-    let (digest, uploaded_bytes, uploaded_blobs, skipped_blobs, verified) = match &component.build {
+        .map_err(|e| target.push_error(e))?;
+    let upload = match &component.build {
         Build::Cargo { package, bin } => {
-            let build = cargo::Build {
+            let build = cargo::CargoBuild {
                 root: &config.root,
                 package,
                 bin,
                 verbose: options.verbose,
             };
-            let image = off_runtime(build, cargo::build_image)
-                .await
-                .map_err(|source| Error::Cargo {
-                    component: name.to_string(),
-                    source,
-                })?;
-            let mut upload = Upload::default();
-            for blob in image.blobs() {
-                if registry
-                    .blob_exists(repo, &blob.digest)
-                    .await
-                    .map_err(push_err)?
-                {
-                    upload.skipped_blobs += 1;
-                } else {
-                    registry
-                        .upload_blob(repo, &blob.digest, blob.bytes.clone())
-                        .await
-                        .map_err(push_err)?;
-                    upload.uploaded_blobs += 1;
-                    upload.uploaded_bytes += blob.bytes.len() as u64;
-                }
-            }
-            let unchanged = before
-                .as_ref()
-                .is_some_and(|m| oci::sha256_digest(&m.bytes) == image.manifest.digest);
-            if !unchanged {
-                registry
-                    .put_manifest(
-                        repo,
-                        DEV_TAG,
-                        image.manifest.media_type,
-                        image.manifest.bytes.clone(),
-                    )
-                    .await
-                    .map_err(push_err)?;
-                upload.uploaded_bytes += image.manifest.bytes.len() as u64;
-            }
-            (
-                image.manifest.digest,
-                upload.uploaded_bytes,
-                upload.uploaded_blobs,
-                upload.skipped_blobs,
-                Verified::No,
-            )
+            push_cargo(&target, build, before.as_ref()).await?
         }
         Build::Docker {
             context,
             dockerfile,
-            target,
+            target: stage,
             build_args,
-            cargo: staged_binary,
+            cargo: binary,
         } => {
-            // A binary the Dockerfile copies is built first and added to the
-            // context root under its name.
-            let mut staged = Vec::new();
-            if let Some(binary) = staged_binary {
-                let build = cargo::Build {
-                    root: &config.root,
-                    package: &binary.package,
-                    bin: &binary.bin,
-                    verbose: options.verbose,
-                };
-                let path = off_runtime(build, cargo::build_binary)
-                    .await
-                    .map_err(|source| Error::Cargo {
-                        component: name.to_string(),
-                        source,
-                    })?;
-                staged.push((binary.bin.clone(), path));
-            }
-            let connected;
-            let docker = match docker {
-                Some(docker) => docker,
-                None => {
-                    connected =
-                        crate::docker::connect()
-                            .await
-                            .map_err(|source| Error::NeedsDocker {
-                                component: name.to_string(),
-                                source,
-                            })?;
-                    &connected
-                }
-            };
-            let docker_err = |source| Error::Docker {
-                component: name.to_string(),
-                source: Box::new(source),
-            };
-            let repository = format!("{}/{repo}", registry.host());
-            let build = docker::Build {
+            let repository = format!("{}/{}", registry.host(), target.repo);
+            let build = docker::DockerBuild {
                 context,
                 dockerfile,
-                target: target.as_deref(),
+                target: stage.as_deref(),
                 build_args,
                 repository: &repository,
                 tag: DEV_TAG,
-                staged: &staged,
+                staged: &[],
                 verbose: options.verbose,
             };
-            docker::build(docker, &build).await.map_err(docker_err)?;
-            let digest = docker::push(docker, &repository, DEV_TAG)
-                .await
-                .map_err(docker_err)?;
-            // The engine does not say what it uploaded: compare the new
-            // manifest's blobs with those of the manifest the tag had before.
-            let after = verify(registry, name, repo, &digest).await?;
-            let upload = compare(before.as_ref(), &after, &digest);
-            (
-                digest,
-                upload.uploaded_bytes,
-                upload.uploaded_blobs,
-                upload.skipped_blobs,
-                Verified::Yes,
-            )
+            let staged = Staged {
+                binary: binary.as_ref(),
+                root: &config.root,
+            };
+            push_docker(&target, docker, build, staged, before.as_ref()).await?
         }
     };
-    if verified == Verified::No {
-        verify(registry, name, repo, &digest).await?;
-    }
     Ok(Pushed {
         component: name.to_string(),
-        image: repo.to_string(),
-        reference,
-        digest,
-        uploaded_bytes,
-        uploaded_blobs,
-        skipped_blobs,
+        image: target.repo.to_string(),
+        reference: format!("{}/{}:{DEV_TAG}", registry.host(), target.repo),
+        digest: upload.digest,
+        uploaded_bytes: upload.uploaded_bytes,
+        uploaded_blobs: upload.uploaded_blobs,
+        skipped_blobs: upload.skipped_blobs,
         elapsed: started.elapsed(),
     })
 }
 
+/// Where one component's image goes.
+struct Target<'a> {
+    registry: &'a distribution::Client,
+    component: &'a str,
+    /// The repository path, such as `demo/worker`.
+    repo: &'a str,
+}
+
+impl Target<'_> {
+    fn push_error(&self, source: distribution::Error) -> Error {
+        Error::Push {
+            component: self.component.to_string(),
+            registry: self.registry.host().to_string(),
+            source: Box::new(source),
+        }
+    }
+
+    fn cargo_error(&self, source: cargo::Error) -> Error {
+        Error::Cargo {
+            component: self.component.to_string(),
+            source,
+        }
+    }
+
+    fn docker_error(&self, source: docker::Error) -> Error {
+        Error::Docker {
+            component: self.component.to_string(),
+            source: Box::new(source),
+        }
+    }
+}
+
+/// The cargo backend: builds the image, uploads the blobs the registry
+/// lacks, tags the manifest when it changed, and verifies it.
+async fn push_cargo(
+    target: &Target<'_>,
+    build: cargo::CargoBuild<'_>,
+    before: Option<&distribution::Manifest>,
+) -> Result<Upload, Error> {
+    let (registry, repo) = (target.registry, target.repo);
+    let image = off_runtime(build, cargo::build_image)
+        .await
+        .map_err(|e| target.cargo_error(e))?;
+    let mut upload = Upload {
+        digest: image.manifest.digest.clone(),
+        ..Upload::default()
+    };
+    for blob in image.blobs() {
+        let present = registry
+            .blob_exists(repo, &blob.digest)
+            .await
+            .map_err(|e| target.push_error(e))?;
+        if present {
+            upload.skipped_blobs += 1;
+            continue;
+        }
+        registry
+            .upload_blob(repo, &blob.digest, blob.bytes.clone())
+            .await
+            .map_err(|e| target.push_error(e))?;
+        upload.uploaded_blobs += 1;
+        upload.uploaded_bytes += blob.bytes.len() as u64;
+    }
+    let unchanged = before.is_some_and(|m| oci::sha256_digest(&m.bytes) == upload.digest);
+    if !unchanged {
+        let manifest = &image.manifest;
+        registry
+            .put_manifest(repo, DEV_TAG, manifest.media_type, manifest.bytes.clone())
+            .await
+            .map_err(|e| target.push_error(e))?;
+        upload.uploaded_bytes += manifest.bytes.len() as u64;
+    }
+    verify(registry, target.component, repo, &upload.digest).await?;
+    Ok(upload)
+}
+
+/// The binary a Dockerfile copies, and the workspace it is built in.
+struct Staged<'a> {
+    binary: Option<&'a CargoBinary>,
+    root: &'a Path,
+}
+
+/// The Docker backend: builds through the engine (with the staged binary
+/// added to the context root under its name), lets the engine push, and
+/// verifies.
+async fn push_docker(
+    target: &Target<'_>,
+    docker: Option<&Docker>,
+    build: docker::DockerBuild<'_>,
+    staged: Staged<'_>,
+    before: Option<&distribution::Manifest>,
+) -> Result<Upload, Error> {
+    let files = match staged.binary {
+        Some(binary) => vec![stage_binary(target, staged.root, binary, build.verbose).await?],
+        None => Vec::new(),
+    };
+    let build = docker::DockerBuild {
+        staged: &files,
+        ..build
+    };
+    let connected;
+    let docker = match docker {
+        Some(docker) => docker,
+        None => {
+            connected = crate::docker::connect()
+                .await
+                .map_err(|source| Error::NeedsDocker {
+                    component: target.component.to_string(),
+                    source,
+                })?;
+            &connected
+        }
+    };
+    docker::build(docker, &build)
+        .await
+        .map_err(|e| target.docker_error(e))?;
+    let digest = docker::push(docker, build.repository, DEV_TAG)
+        .await
+        .map_err(|e| target.docker_error(e))?;
+    // The engine does not say what it uploaded: compare the new manifest's
+    // blobs with those of the manifest the tag had before.
+    let after = verify(target.registry, target.component, target.repo, &digest).await?;
+    Ok(compare(before, &after, &digest))
+}
+
+/// Builds the binary a Dockerfile copies: its name, and its path.
+async fn stage_binary(
+    target: &Target<'_>,
+    root: &Path,
+    binary: &CargoBinary,
+    verbose: bool,
+) -> Result<(String, PathBuf), Error> {
+    let build = cargo::CargoBuild {
+        root,
+        package: &binary.package,
+        bin: &binary.bin,
+        verbose,
+    };
+    let path = off_runtime(build, cargo::build_binary)
+        .await
+        .map_err(|e| target.cargo_error(e))?;
+    Ok((binary.bin.clone(), path))
+}
+
 /// Runs `step` (a blocking cargo build) off the async runtime.
 async fn off_runtime<T: Send + 'static>(
-    build: cargo::Build<'_>,
-    step: fn(&cargo::Build<'_>) -> Result<T, cargo::Error>,
+    build: cargo::CargoBuild<'_>,
+    step: fn(&cargo::CargoBuild<'_>) -> Result<T, cargo::Error>,
 ) -> Result<T, cargo::Error> {
     let (root, package, bin, verbose) = (
         build.root.to_path_buf(),
@@ -381,7 +428,7 @@ async fn off_runtime<T: Send + 'static>(
         build.verbose,
     );
     tokio::task::spawn_blocking(move || {
-        step(&cargo::Build {
+        step(&cargo::CargoBuild {
             root: &root,
             package: &package,
             bin: &bin,
@@ -392,15 +439,11 @@ async fn off_runtime<T: Send + 'static>(
     .expect("the cargo build task does not panic")
 }
 
-/// Whether a backend already checked the pushed manifest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verified {
-    Yes,
-    No,
-}
-
+/// What one push sent: the manifest's digest, and the bytes and blobs
+/// uploaded or found present.
 #[derive(Debug, Default)]
 struct Upload {
+    digest: String,
     uploaded_bytes: u64,
     uploaded_blobs: usize,
     skipped_blobs: usize,
@@ -415,7 +458,10 @@ fn compare(
     let had: BTreeSet<String> = before
         .map(|m| descriptors(&m.bytes).into_iter().map(|(d, _)| d).collect())
         .unwrap_or_default();
-    let mut upload = Upload::default();
+    let mut upload = Upload {
+        digest: digest.to_string(),
+        ..Upload::default()
+    };
     for (blob, size) in descriptors(&after.bytes) {
         if had.contains(&blob) {
             upload.skipped_blobs += 1;

@@ -31,7 +31,7 @@ use crate::{
     config::{Config, Provider},
     docker::{self, inspect_container},
     image, kubeconfig, lock, manifest, network, ownership,
-    plan::{self, Drift},
+    plan::{self, Drift, Object, Ownership},
     registry,
     report::{Event, Reporter, Step},
     state::State,
@@ -131,10 +131,10 @@ pub struct UpOptions {
 #[derive(Debug, Clone)]
 pub struct UpReport {
     /// `None` when the environment needs no network.
-    pub network: Option<network::Outcome>,
+    pub network: Option<network::Ensured>,
     pub registry: registry::Endpoint,
     pub node_image: Option<NodeImage>,
-    pub node: Option<(cluster::Outcome, Node)>,
+    pub node: Option<(cluster::Ensured, Node)>,
     pub recreated: Vec<Drift>,
     /// Components pushed during `up`: never pushed before, or no longer in
     /// the registry.
@@ -192,8 +192,8 @@ pub async fn drift(docker: &Docker, config: &Config) -> Result<Vec<Drift>, Error
             && !docker::never_started(&existing)
         {
             let labels = existing.config.and_then(|c| c.labels).unwrap_or_default();
-            if let Some(Some(d)) =
-                plan::drift_from_labels(&labels, "registry", &spec.container, &spec)
+            if let Ownership::Drifted(d) =
+                plan::drift_from_labels(&labels, Object::Registry, &spec.container, &spec)
             {
                 drifts.push(d);
             }
@@ -207,7 +207,8 @@ pub async fn drift(docker: &Docker, config: &Config) -> Result<Vec<Drift>, Error
             && !docker::never_started(&existing)
         {
             let labels = existing.config.and_then(|c| c.labels).unwrap_or_default();
-            if let Some(Some(d)) = plan::drift_from_labels(&labels, "node", &spec.container, &spec)
+            if let Ownership::Drifted(d) =
+                plan::drift_from_labels(&labels, Object::Node, &spec.container, &spec)
             {
                 drifts.push(d);
             }
@@ -303,12 +304,12 @@ async fn remove_drifted(
             name: d.name.clone(),
         });
     }
-    let network_drifted = drifts.iter().any(|d| d.object == "network");
-    let drifted = |object: &str| network_drifted || drifts.iter().any(|d| d.object == object);
-    if config.cluster.provider != Provider::Existing && drifted("node") {
+    let network_drifted = drifts.iter().any(|d| d.object == Object::Network);
+    let drifted = |object: Object| network_drifted || drifts.iter().any(|d| d.object == object);
+    if config.cluster.provider != Provider::Existing && drifted(Object::Node) {
         cluster::remove(docker, config).await?;
     }
-    if drifted("registry") {
+    if drifted(Object::Registry) {
         registry::remove(docker, config).await?;
     }
     if network_drifted {
@@ -324,7 +325,7 @@ async fn ensure_network(
     docker: &Docker,
     config: &Config,
     reporter: &dyn Reporter,
-) -> Result<Option<network::Outcome>, Error> {
+) -> Result<Option<network::Ensured>, Error> {
     if !plan::needs_network(config) {
         return Ok(None);
     }
@@ -335,7 +336,7 @@ async fn ensure_network(
             step,
         });
     }
-    if let network::Outcome::Drifted(d) = network {
+    if let network::Ensured::Drifted(d) = network {
         return Err(Error::Drift { drifts: vec![d] });
     }
     let attached = network::attach_environment(docker, config).await?;
@@ -351,7 +352,7 @@ async fn ensure_network(
 /// The cluster as `up` leaves it.
 struct Cluster {
     node_image: Option<NodeImage>,
-    node: Option<(cluster::Outcome, Node)>,
+    node: Option<(cluster::Ensured, Node)>,
     client: kube::Client,
 }
 
@@ -393,7 +394,7 @@ async fn ensure_cluster(
         now.node_token.clone_from(&state.node_token);
     })?;
     let Some(node) = node else {
-        let cluster::Outcome::Drifted(d) = outcome else {
+        let cluster::Ensured::Drifted(d) = outcome else {
             unreachable!("a node is returned unless drifted")
         };
         return Err(Error::Drift { drifts: vec![d] });
@@ -491,20 +492,20 @@ async fn node_runs_stale_image(docker: &Docker, config: &Config) -> Result<bool,
     Ok(current.is_some() && container.image != current)
 }
 
-fn network_step(outcome: &network::Outcome) -> Option<Step> {
+fn network_step(outcome: &network::Ensured) -> Option<Step> {
     match outcome {
-        network::Outcome::Created => Some(Step::Created),
-        network::Outcome::Unchanged => Some(Step::Unchanged),
-        network::Outcome::Drifted(_) => None,
+        network::Ensured::Created => Some(Step::Created),
+        network::Ensured::Unchanged => Some(Step::Unchanged),
+        network::Ensured::Drifted(_) => None,
     }
 }
 
-fn node_step(outcome: &cluster::Outcome) -> Option<Step> {
+fn node_step(outcome: &cluster::Ensured) -> Option<Step> {
     match outcome {
-        cluster::Outcome::Created => Some(Step::Created),
-        cluster::Outcome::Started => Some(Step::Started),
-        cluster::Outcome::Unchanged => Some(Step::Unchanged),
-        cluster::Outcome::Drifted(_) => None,
+        cluster::Ensured::Created => Some(Step::Created),
+        cluster::Ensured::Started => Some(Step::Started),
+        cluster::Ensured::Unchanged => Some(Step::Unchanged),
+        cluster::Ensured::Drifted(_) => None,
     }
 }
 

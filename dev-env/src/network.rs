@@ -15,7 +15,7 @@ use bollard::{
 use crate::{
     config::Config,
     docker::{self, LABEL_NAME, LABEL_ROLE, is_conflict, is_not_found},
-    plan::{self, Drift, NetworkSpec},
+    plan::{self, Drift, NetworkSpec, Object, Ownership},
 };
 
 /// The label kube-sim's Docker kubelet puts on a pod's containers.
@@ -33,7 +33,7 @@ pub enum Error {
 
 /// What [`ensure`] found or did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Ensured {
     Created,
     Unchanged,
     /// It exists with another configuration; nothing was changed.
@@ -43,11 +43,11 @@ pub enum Outcome {
 /// Makes sure the network of `spec` exists. An existing network with a
 /// different configuration is reported, not changed: the caller decides
 /// whether to recreate it. Two processes creating it at once both succeed.
-pub async fn ensure(docker: &Docker, env: &str, spec: &NetworkSpec) -> Result<Outcome, Error> {
+pub async fn ensure(docker: &Docker, env: &str, spec: &NetworkSpec) -> Result<Ensured, Error> {
     if let Some(existing) = inspect(docker, &spec.name).await? {
         return Ok(match drift(&existing, spec) {
-            Some(drift) => Outcome::Drifted(drift),
-            None => Outcome::Unchanged,
+            Some(drift) => Ensured::Drifted(drift),
+            None => Ensured::Unchanged,
         });
     }
     let mut config = vec![IpamConfig {
@@ -73,11 +73,11 @@ pub async fn ensure(docker: &Docker, env: &str, spec: &NetworkSpec) -> Result<Ou
         ..NetworkCreateRequest::default()
     };
     match docker.create_network(request).await {
-        Ok(_) => Ok(Outcome::Created),
+        Ok(_) => Ok(Ensured::Created),
         // Another process created it between our inspect and create.
         Err(e) if is_conflict(&e) => match inspect(docker, &spec.name).await? {
             Some(existing) => {
-                Ok(drift(&existing, spec).map_or(Outcome::Unchanged, Outcome::Drifted))
+                Ok(drift(&existing, spec).map_or(Ensured::Unchanged, Ensured::Drifted))
             }
             None => Err(docker::Error::api(format!("create network `{}`", spec.name), e).into()),
         },
@@ -200,8 +200,10 @@ pub async fn inspect(docker: &Docker, name: &str) -> Result<Option<NetworkInspec
 /// compared by its IPAM configuration.
 pub fn drift(existing: &NetworkInspect, spec: &NetworkSpec) -> Option<Drift> {
     let labels = existing.labels.clone().unwrap_or_default();
-    if let Some(drift) = plan::drift_from_labels(&labels, "network", &spec.name, spec) {
-        return drift;
+    match plan::drift_from_labels(&labels, Object::Network, &spec.name, spec) {
+        Ownership::Matches => return None,
+        Ownership::Drifted(drift) => return Some(drift),
+        Ownership::NotOurs => {}
     }
     let subnets: Vec<String> = existing
         .ipam
@@ -218,5 +220,5 @@ pub fn drift(existing: &NetworkInspect, spec: &NetworkSpec) -> Option<Drift> {
             .unwrap_or_default(),
         ipv6_subnet: subnets.iter().find(|s| s.contains(':')).cloned(),
     };
-    Drift::between("network", &spec.name, &actual, spec)
+    Drift::between(Object::Network, &spec.name, &actual, spec)
 }

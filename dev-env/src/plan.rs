@@ -358,25 +358,53 @@ pub struct Change {
     pub now: String,
 }
 
+/// The Docker objects the drift gate watches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Object {
+    Network,
+    Registry,
+    Node,
+}
+
+impl fmt::Display for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Object::Network => "network",
+            Object::Registry => "registry",
+            Object::Node => "node",
+        })
+    }
+}
+
 /// How an existing object differs from its declared spec.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Drift {
-    /// `network`, `registry` or `node`.
-    pub object: String,
+    pub object: Object,
     pub name: String,
     pub changes: Vec<Change>,
 }
 
+/// What the drift gate's labels say of an existing object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ownership {
+    /// It carries no spec label: this harness did not create it.
+    NotOurs,
+    /// It was created from the spec declared now.
+    Matches,
+    /// It was created from another spec.
+    Drifted(Drift),
+}
+
 impl Drift {
     /// Compares two specs field by field; `None` when they are equal.
-    pub fn between<T: Serialize>(object: &str, name: &str, was: &T, now: &T) -> Option<Drift> {
+    pub fn between<T: Serialize>(object: Object, name: &str, was: &T, now: &T) -> Option<Drift> {
         let was = serde_json::to_value(was).expect("specs serialize");
         let now = serde_json::to_value(now).expect("specs serialize");
         Drift::between_values(object, name, &was, &now)
     }
 
     fn between_values(
-        object: &str,
+        object: Object,
         name: &str,
         was: &serde_json::Value,
         now: &serde_json::Value,
@@ -402,7 +430,7 @@ impl Drift {
             })
             .collect();
         (!changes.is_empty()).then(|| Drift {
-            object: object.to_string(),
+            object,
             name: name.to_string(),
             changes,
         })
@@ -423,26 +451,27 @@ impl fmt::Display for Drift {
     }
 }
 
-/// Reads the drift gate's labels: `None` when the object carries no spec
-/// label (it was not created by this harness), else whether it drifted.
+/// Reads the drift gate's labels of an existing object.
 pub fn drift_from_labels<T: Serialize>(
     labels: &HashMap<String, String>,
-    object: &str,
+    object: Object,
     name: &str,
     spec: &T,
-) -> Option<Option<Drift>> {
-    let hash = labels.get(LABEL_SPEC_HASH)?;
+) -> Ownership {
+    let Some(hash) = labels.get(LABEL_SPEC_HASH) else {
+        return Ownership::NotOurs;
+    };
     if *hash == spec_hash(spec) {
-        return Some(None);
+        return Ownership::Matches;
     }
     let was: serde_json::Value = labels
         .get(LABEL_SPEC)
         .and_then(|s| serde_json::from_str(s).ok())
         .unwrap_or_default();
     let now = serde_json::to_value(spec).expect("specs serialize");
-    Some(Some(
+    Ownership::Drifted(
         Drift::between_values(object, name, &was, &now).unwrap_or_else(|| Drift {
-            object: object.to_string(),
+            object,
             name: name.to_string(),
             changes: vec![Change {
                 field: String::from("spec"),
@@ -450,7 +479,7 @@ pub fn drift_from_labels<T: Serialize>(
                 now: spec_hash(spec),
             }],
         }),
-    ))
+    )
 }
 
 /// sha256 of a spec's canonical JSON: the value of [`LABEL_SPEC_HASH`].
@@ -461,295 +490,183 @@ pub fn spec_hash<T: Serialize>(spec: &T) -> String {
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let root = &self.config.root;
-        let rel = |p: &std::path::Path| p.strip_prefix(root).unwrap_or(p).display().to_string();
-        let port = |p: Option<u16>| {
-            p.map_or_else(
-                || String::from("<free port, kept in state>"),
-                |p| p.to_string(),
-            )
-        };
         writeln!(
             f,
             "plan for `{}` ({})",
             self.name,
             self.config.file.display()
         )?;
-        let n = &self.network;
-        let v6 = n
-            .ipv6_subnet
-            .as_ref()
-            .map_or(String::new(), |s| format!(", IPv6 {s} (dual-stack)"));
-        if needs_network(&self.config) {
-            writeln!(
-                f,
-                "network   {}: bridge, IPv4 {}{v6}",
-                n.name, n.ipv4_subnet
-            )?;
-        } else {
-            writeln!(
-                f,
-                "network   none: the registry and the cluster are elsewhere"
-            )?;
-        }
-        match &self.registry {
-            RegistryPlan::Managed(r) => {
-                writeln!(f, "registry  {}: image {}", r.container, r.image)?;
-                writeln!(
-                    f,
-                    "          publish 127.0.0.1:{} -> {REGISTRY_CONTAINER_PORT}/tcp",
-                    port(self.registry_port)
-                )?;
-                writeln!(
-                    f,
-                    "          volume {} on /var/lib/registry (kept by `dev down`)",
-                    r.volume
-                )?;
-                writeln!(
-                    f,
-                    "          network {} as {}",
-                    r.network, self.config.registry.cluster_host
-                )?;
-            }
-            RegistryPlan::External { host } => {
-                writeln!(
-                    f,
-                    "registry  external {host}: nothing is created; pods pull from {}",
-                    self.config.registry.cluster_host
-                )?;
-            }
-        }
+        self.fmt_network(f)?;
+        self.fmt_registry(f)?;
         match &self.cluster {
             ClusterPlan::Node(node) => {
-                writeln!(
-                    f,
-                    "node      {}: image {} (provider {})",
-                    node.container, node.image, self.config.cluster.provider
-                )?;
-                writeln!(f, "          command {}", node.command.join(" "))?;
-                let privileged = if node.privileged { "privileged, " } else { "" };
-                let tmpfs: Vec<_> = node.tmpfs.keys().map(String::as_str).collect();
-                let tmpfs = if tmpfs.is_empty() {
-                    String::new()
-                } else {
-                    format!("tmpfs {}, ", tmpfs.join(" "))
-                };
-                writeln!(f, "          {privileged}{tmpfs}network {}", node.network)?;
-                for (target, source) in &node.mounts {
-                    match source {
-                        MountSource::Volume(v) => writeln!(f, "          volume {v} on {target}")?,
-                        MountSource::Bind(p) => writeln!(f, "          bind {p} on {target}")?,
-                    }
-                }
-                writeln!(
-                    f,
-                    "          publish 127.0.0.1:<free port> -> {NODE_API_PORT}/tcp"
-                )?;
-                for (k, v) in &node.env {
-                    writeln!(f, "          env {k}={v}")?;
-                }
-                writeln!(f, "          env K3S_TOKEN=<random, kept in state>")?;
-                for path in node.files.keys() {
-                    writeln!(f, "          file {path}")?;
-                }
-                for line in node.files[NODE_REGISTRIES_YAML].lines() {
-                    writeln!(f, "            {line}")?;
-                }
-                let dir = rel(&self.config.state_dir());
-                writeln!(
-                    f,
-                    "kubeconfig {dir}/kubeconfig.host (https://127.0.0.1:<port>, for the host)"
-                )?;
-                writeln!(
-                    f,
-                    "           {dir}/kubeconfig (https://{}:{NODE_API_PORT}, for containers on the network)",
-                    node.container
-                )?;
+                self.fmt_node(f, node)?;
+                self.fmt_kubeconfigs(f, node)?;
             }
-            ClusterPlan::Existing { context } => {
-                writeln!(
-                    f,
-                    "cluster   existing context `{context}` from your kubeconfig: nothing is created"
-                )?;
-            }
+            ClusterPlan::Existing { context } => writeln!(
+                f,
+                "cluster   existing context `{context}` from your kubeconfig: nothing is created"
+            )?,
         }
         writeln!(
             f,
             "config map kube-public/local-registry-hosting (KEP-1755)"
         )?;
-        if self.manifests.is_empty() {
-            writeln!(f, "manifests none declared")?;
-        } else {
-            writeln!(
+        self.fmt_manifests(f)?;
+        self.fmt_components(f)
+    }
+}
+
+impl Plan {
+    /// `path` relative to the config's root, when it is under it.
+    fn relative(&self, path: &std::path::Path) -> String {
+        let root = &self.config.root;
+        path.strip_prefix(root)
+            .unwrap_or(path)
+            .display()
+            .to_string()
+    }
+
+    fn fmt_network(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !needs_network(&self.config) {
+            return writeln!(
                 f,
-                "manifests server-side apply, field manager `dev-env`, in this order:"
-            )?;
-            for (i, m) in self.manifests.iter().enumerate() {
-                writeln!(
+                "network   none: the registry and the cluster are elsewhere"
+            );
+        }
+        let n = &self.network;
+        let v6 = n
+            .ipv6_subnet
+            .as_ref()
+            .map_or(String::new(), |s| format!(", IPv6 {s} (dual-stack)"));
+        writeln!(
+            f,
+            "network   {}: bridge, IPv4 {}{v6}",
+            n.name, n.ipv4_subnet
+        )
+    }
+
+    fn fmt_registry(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let cluster_host = &self.config.registry.cluster_host;
+        let r = match &self.registry {
+            RegistryPlan::Managed(r) => r,
+            RegistryPlan::External { host } => {
+                return writeln!(
                     f,
-                    "  {:>2}. {} ({}:{})",
-                    i + 1,
-                    m.display_name(),
-                    rel(&m.file),
-                    m.line
-                )?;
+                    "registry  external {host}: nothing is created; pods pull from {cluster_host}"
+                );
+            }
+        };
+        let port = self.registry_port.map_or_else(
+            || String::from("<free port, kept in state>"),
+            |p| p.to_string(),
+        );
+        writeln!(f, "registry  {}: image {}", r.container, r.image)?;
+        writeln!(
+            f,
+            "          publish 127.0.0.1:{port} -> {REGISTRY_CONTAINER_PORT}/tcp"
+        )?;
+        writeln!(
+            f,
+            "          volume {} on /var/lib/registry (kept by `dev down`)",
+            r.volume
+        )?;
+        writeln!(f, "          network {} as {cluster_host}", r.network)
+    }
+
+    fn fmt_node(&self, f: &mut fmt::Formatter<'_>, node: &NodeSpec) -> fmt::Result {
+        writeln!(
+            f,
+            "node      {}: image {} (provider {})",
+            node.container, node.image, self.config.cluster.provider
+        )?;
+        writeln!(f, "          command {}", node.command.join(" "))?;
+        let privileged = if node.privileged { "privileged, " } else { "" };
+        let tmpfs: Vec<_> = node.tmpfs.keys().map(String::as_str).collect();
+        let tmpfs = if tmpfs.is_empty() {
+            String::new()
+        } else {
+            format!("tmpfs {}, ", tmpfs.join(" "))
+        };
+        writeln!(f, "          {privileged}{tmpfs}network {}", node.network)?;
+        for (target, source) in &node.mounts {
+            match source {
+                MountSource::Volume(v) => writeln!(f, "          volume {v} on {target}")?,
+                MountSource::Bind(p) => writeln!(f, "          bind {p} on {target}")?,
             }
         }
-        if !self.config.components.is_empty() {
-            writeln!(f, "components")?;
-            for (name, c) in &self.config.components {
-                let r = &c.rollout;
-                writeln!(
-                    f,
-                    "  {name}: {}/{}, rolls {} {}/{} container {}",
-                    self.config.registry.cluster_host,
-                    c.image,
-                    r.kind,
-                    r.namespace,
-                    r.name,
-                    r.container
-                )?;
-            }
+        writeln!(
+            f,
+            "          publish 127.0.0.1:<free port> -> {NODE_API_PORT}/tcp"
+        )?;
+        for (k, v) in &node.env {
+            writeln!(f, "          env {k}={v}")?;
+        }
+        writeln!(f, "          env K3S_TOKEN=<random, kept in state>")?;
+        for path in node.files.keys() {
+            writeln!(f, "          file {path}")?;
+        }
+        for line in node.files[NODE_REGISTRIES_YAML].lines() {
+            writeln!(f, "            {line}")?;
+        }
+        Ok(())
+    }
+
+    fn fmt_kubeconfigs(&self, f: &mut fmt::Formatter<'_>, node: &NodeSpec) -> fmt::Result {
+        let dir = self.relative(&self.config.state_dir());
+        writeln!(
+            f,
+            "kubeconfig {dir}/kubeconfig.host (https://127.0.0.1:<port>, for the host)"
+        )?;
+        writeln!(
+            f,
+            "           {dir}/kubeconfig (https://{}:{NODE_API_PORT}, for containers on the network)",
+            node.container
+        )
+    }
+
+    fn fmt_manifests(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.manifests.is_empty() {
+            return writeln!(f, "manifests none declared");
+        }
+        writeln!(
+            f,
+            "manifests server-side apply, field manager `dev-env`, in this order:"
+        )?;
+        for (i, m) in self.manifests.iter().enumerate() {
+            writeln!(
+                f,
+                "  {:>2}. {} ({}:{})",
+                i + 1,
+                m.display_name(),
+                self.relative(&m.file),
+                m.line
+            )?;
+        }
+        Ok(())
+    }
+
+    fn fmt_components(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.config.components.is_empty() {
+            return Ok(());
+        }
+        writeln!(f, "components")?;
+        for (name, c) in &self.config.components {
+            let r = &c.rollout;
+            writeln!(
+                f,
+                "  {name}: {}/{}, rolls {} {}/{} container {}",
+                self.config.registry.cluster_host,
+                c.image,
+                r.kind,
+                r.namespace,
+                r.name,
+                r.container
+            )?;
         }
         Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn config(text: &str) -> Config {
-        // `provider: sim` needs the `kube-sim` package.
-        let dir = crate::config::tests::workspace(&[("kube-sim", &["kube-sim"])]);
-        Config::parse(&dir.path().join("dev-env.yaml"), text).unwrap()
-    }
-
-    #[test]
-    fn node_spec_has_one_source_per_destination_and_the_k3s_contract() {
-        let sim = node_spec(&config("name: shop\ncluster: {provider: sim}\n"), None);
-        assert!(!sim.privileged && sim.tmpfs.is_empty());
-        assert!(sim.command.windows(2).any(|w| w == ["--kubelet", "docker"]));
-        assert!(
-            sim.command
-                .windows(2)
-                .any(|w| w == ["--docker-label", "dev-env.name=shop"])
-        );
-        assert_eq!(sim.mounts.len(), 1);
-        assert!(matches!(
-            &sim.mounts[NODE_DOCKER_SOCKET],
-            MountSource::Bind(_)
-        ));
-        let spec = node_spec(&config("name: shop\n"), None);
-        assert!(spec.mounts.is_empty());
-        assert_eq!(spec.container, "shop-server-0");
-        assert_eq!(
-            &spec.command[..5],
-            [
-                "server",
-                "--tls-san",
-                "shop-server-0",
-                "--tls-san",
-                "127.0.0.1"
-            ]
-        );
-        assert!(spec.privileged);
-        assert_eq!(spec.tmpfs.keys().collect::<Vec<_>>(), ["/run", "/var/run"]);
-        assert_eq!(spec.env["K3S_KUBECONFIG_OUTPUT"], NODE_KUBECONFIG_OUTPUT);
-        assert!(spec.files[NODE_REGISTRIES_YAML].contains("\"shop-registry:5000\""));
-    }
-
-    #[test]
-    fn k3s_nodes_get_what_a_real_daemon_needs_and_sim_nodes_do_not() {
-        let k3s = node_spec(&config("name: demo\n"), Some(5001));
-        assert!(k3s.privileged && k3s.userns_host && k3s.cgroupns_private);
-        assert!(
-            k3s.command
-                .contains(&String::from("--disable=traefik,servicelb,metrics-server")),
-            "{:?}",
-            k3s.command
-        );
-        let kept = node_spec(
-            &config("name: demo\ncluster: {disable: [traefik]}\n"),
-            Some(5001),
-        );
-        assert!(kept.command.contains(&String::from("--disable=traefik")));
-        let none = node_spec(&config("name: demo\ncluster: {disable: []}\n"), Some(5001));
-        assert!(!none.command.iter().any(|a| a.starts_with("--disable")));
-        let sim = node_spec(
-            &config("name: demo\ncluster: {provider: sim}\n"),
-            Some(5001),
-        );
-        assert!(!sim.privileged && !sim.userns_host && !sim.cgroupns_private);
-        assert!(!sim.command.iter().any(|a| a.starts_with("--disable")));
-        // Defaults that are off stay out of the spec, so nodes made before
-        // these settings existed do not count as drifted.
-        let json = serde_json::to_value(&sim).unwrap();
-        assert!(json.get("usernsHost").is_none() && json.get("cgroupnsPrivate").is_none());
-    }
-
-    #[test]
-    fn proxies_pass_through_with_the_environments_own_names_exempt() {
-        let config = config("name: demo\n");
-        assert!(proxy_env(&config, |_| None).is_empty());
-        let env = proxy_env(&config, |key| match key {
-            "https_proxy" => Some(String::from("http://proxy:3128")),
-            "NO_PROXY" => Some(String::from("corp.example, localhost")),
-            _ => None,
-        });
-        assert_eq!(env["HTTPS_PROXY"], "http://proxy:3128");
-        assert_eq!(env["https_proxy"], "http://proxy:3128");
-        assert!(!env.contains_key("HTTP_PROXY"));
-        let no_proxy: Vec<&str> = env["NO_PROXY"].split(',').collect();
-        for name in [
-            "corp.example",
-            "localhost",
-            "127.0.0.1",
-            "demo-registry",
-            "demo-server-0",
-            "10.42.0.0/16",
-            "10.43.0.0/16",
-        ] {
-            assert!(no_proxy.contains(&name), "{name} missing from {no_proxy:?}");
-        }
-        assert_eq!(no_proxy.iter().filter(|n| **n == "localhost").count(), 1);
-        assert_eq!(env["no_proxy"], env["NO_PROXY"]);
-    }
-
-    #[test]
-    fn registries_yaml_mirrors_the_host_name_once_the_port_is_known() {
-        let yaml = registries_yaml(&config("name: shop\n"), Some(5001));
-        assert_eq!(
-            yaml,
-            "mirrors:\n  \"shop-registry:5000\":\n    endpoint:\n      - \"http://shop-registry:5000\"\n  \"localhost:5001\":\n    endpoint:\n      - \"http://shop-registry:5000\"\n"
-        );
-    }
-
-    #[test]
-    fn drift_names_each_changed_field() {
-        let a = network_spec(&config("name: a\n"));
-        let b = network_spec(&config(
-            "name: a\nnetwork: {ipv4Subnet: 172.29.0.0/24, ipv6Subnet: 'fd00:1::/64'}\n",
-        ));
-        let labels = labels("a", "network", &a);
-        assert_eq!(labels[docker::LABEL_NAME], "a");
-        assert_eq!(drift_from_labels(&labels, "network", "a", &a), Some(None));
-        let drift = drift_from_labels(&labels, "network", "a", &b)
-            .unwrap()
-            .unwrap();
-        assert_eq!(
-            drift.to_string(),
-            "network `a` differs from dev-env.yaml:\n    ipv4Subnet: 192.168.231.0/24 -> 172.29.0.0/24\n    ipv6Subnet: (unset) -> fd00:1::/64"
-        );
-        assert_eq!(drift_from_labels(&HashMap::new(), "network", "a", &a), None);
-    }
-
-    #[test]
-    fn spec_hash_changes_with_the_spec() {
-        let a = network_spec(&config("name: a\n"));
-        let b = network_spec(&config("name: a\nnetwork: {ipv4Subnet: 172.29.0.0/24}\n"));
-        assert_eq!(spec_hash(&a), spec_hash(&a.clone()));
-        assert_ne!(spec_hash(&a), spec_hash(&b));
-        assert_eq!(spec_hash(&a).len(), 64);
-    }
-}
+mod tests;

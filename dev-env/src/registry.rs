@@ -423,7 +423,7 @@ pub async fn build_local_image(docker: &Docker, binary: &Path, tag: &str) -> Res
     );
     std::fs::write(dir.path().join("Dockerfile"), dockerfile).map_err(|e| failed(e.to_string()))?;
     let (repository, tag) = tag.rsplit_once(':').unwrap_or((tag, "latest"));
-    let build = image::docker::Build {
+    let build = image::docker::DockerBuild {
         context: dir.path(),
         dockerfile: &dir.path().join("Dockerfile"),
         target: None,

@@ -72,7 +72,7 @@ pub enum Error {
 
 /// What a roll asked of the cluster, and what to wait for.
 #[derive(Debug, Clone)]
-pub struct Rolled {
+pub struct Roll {
     /// False when the workload already ran the digest and no restart was
     /// asked: nothing was patched.
     pub patched: bool,
@@ -100,7 +100,7 @@ pub async fn roll(
     digest: Option<&str>,
     restart: bool,
     timeout: Duration,
-) -> Result<Rolled, Error> {
+) -> Result<Roll, Error> {
     let component = config
         .components
         .get(name)
@@ -116,7 +116,7 @@ pub async fn roll(
 /// Runs the wait of a roll to its end.
 pub async fn wait(
     client: &Client,
-    rolled: &Rolled,
+    rolled: &Roll,
     options: &WaitOptions,
 ) -> Result<workload::Done, Error> {
     let deployment = workload::deployment(client, &rolled.want, options);
@@ -151,7 +151,7 @@ async fn roll_deployment(
     image: Option<&str>,
     digest: Option<&str>,
     restart: bool,
-) -> Result<Rolled, Error> {
+) -> Result<Roll, Error> {
     let r = &component.rollout;
     let api: Api<Deployment> = Api::namespaced(client.clone(), &r.namespace);
     let what = format!("Deployment {}/{}", r.namespace, r.name);
@@ -189,7 +189,7 @@ async fn roll_deployment(
     };
     let image_changes = image.is_some_and(|i| container.image.as_deref() != Some(i));
     if !image_changes && !restart {
-        return Ok(Rolled {
+        return Ok(Roll {
             patched: false,
             want,
             pool: None,
@@ -213,7 +213,7 @@ async fn roll_deployment(
             what,
             error: source,
         })?;
-    Ok(Rolled {
+    Ok(Roll {
         patched: true,
         want,
         pool: None,
@@ -257,17 +257,59 @@ async fn roll_pool(
     digest: Option<&str>,
     restart: bool,
     timeout: Duration,
-) -> Result<Rolled, Error> {
+) -> Result<Roll, Error> {
     let r = &component.rollout;
     let resource = worker_pool_resource(client).await?;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &r.namespace, &resource);
+    let PoolPatch {
+        generation,
+        uid,
+        patched,
+    } = patch_pool(&api, component, image, restart).await?;
+    let deployment = owned_deployment(client, &r.namespace, &r.name, &uid, timeout).await?;
+    let want = Want {
+        namespace: r.namespace.clone(),
+        deployment,
+        container: r.container.clone(),
+        digest: digest.map(str::to_string),
+    };
+    Ok(Roll {
+        patched,
+        want,
+        pool: Some(Pool {
+            resource,
+            name: r.name.clone(),
+            generation,
+        }),
+    })
+}
+
+/// What patching a WorkerPool's template left.
+struct PoolPatch {
+    /// The generation its controller must reach.
+    generation: i64,
+    uid: String,
+    /// False when the template already asked for this.
+    patched: bool,
+}
+
+/// Points the WorkerPool's template at `image` (and restarts it when
+/// `restart`), guarded by its `resourceVersion`: a conflicting write is
+/// read again, five times at most.
+async fn patch_pool(
+    api: &Api<DynamicObject>,
+    component: &Component,
+    image: Option<&str>,
+    restart: bool,
+) -> Result<PoolPatch, Error> {
+    let r = &component.rollout;
     let what = format!("WorkerPool {}/{}", r.namespace, r.name);
     let api_err = |source| Error::Api {
         what: what.clone(),
         error: source,
     };
     let mut attempts = 0;
-    let (generation, uid, patched) = loop {
+    loop {
         attempts += 1;
         let pool = api
             .get_opt(&r.name)
@@ -292,7 +334,11 @@ async fn roll_pool(
         .map_err(|found| no_container("WorkerPool", component, found.into_iter()))?;
         let uid = pool.uid().unwrap_or_default();
         if !changed {
-            break (pool.metadata.generation.unwrap_or(0), uid, false);
+            return Ok(PoolPatch {
+                generation: pool.metadata.generation.unwrap_or(0),
+                uid,
+                patched: false,
+            });
         }
         let patch = json!({
             "metadata": {"resourceVersion": pool.resource_version()},
@@ -303,7 +349,13 @@ async fn roll_pool(
             ..PatchParams::default()
         };
         match api.patch(&r.name, &params, &Patch::Merge(&patch)).await {
-            Ok(updated) => break (updated.metadata.generation.unwrap_or(0), uid, true),
+            Ok(updated) => {
+                return Ok(PoolPatch {
+                    generation: updated.metadata.generation.unwrap_or(0),
+                    uid,
+                    patched: true,
+                });
+            }
             Err(kube::Error::Api(status)) if status.code == 409 && attempts < 5 => continue,
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 return Err(Error::Contended { what });
@@ -315,23 +367,7 @@ async fn roll_pool(
                 });
             }
         }
-    };
-    let deployment = owned_deployment(client, &r.namespace, &r.name, &uid, timeout).await?;
-    let want = Want {
-        namespace: r.namespace.clone(),
-        deployment,
-        container: r.container.clone(),
-        digest: digest.map(str::to_string),
-    };
-    Ok(Rolled {
-        patched,
-        want,
-        pool: Some(Pool {
-            resource,
-            name: r.name.clone(),
-            generation,
-        }),
-    })
+    }
 }
 
 /// Sets the named container's image and the restart annotation in a pod

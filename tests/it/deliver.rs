@@ -98,20 +98,10 @@ impl App {
     /// Writes the service: it answers every request with `version`, or
     /// exits at once when `crash`.
     fn source(&self, version: &str, crash: bool) {
-        let crash = if crash {
-            "println!(\"crashing on purpose\"); std::process::exit(3);"
-        } else {
-            ""
-        };
-        let text = format!(
-            "use std::io::{{Read, Write}};\n\
-             fn main() {{\n    {crash}\n    println!(\"app {version} listening on 8080\");\n    \
-             let listener = std::net::TcpListener::bind(\"0.0.0.0:8080\").unwrap();\n    \
-             for stream in listener.incoming() {{\n        let Ok(mut s) = stream else {{ continue }};\n        \
-             let mut buf = [0u8; 1024];\n        let _ = s.read(&mut buf);\n        \
-             let _ = s.write_all(b\"HTTP/1.1 200 OK\\r\\ncontent-length: 2\\r\\n\\r\\n{version}\");\n    }}\n}}\n"
+        self.write(
+            "app/src/main.rs",
+            &dev_env::bench::app_source(version, crash),
         );
-        self.write("app/src/main.rs", &text);
     }
 
     /// Asserts that exactly the two pods run `digest`.

@@ -93,7 +93,7 @@ async fn cargo_push_is_verified_recorded_and_incremental() {
 #[test]
 fn two_clean_cargo_builds_give_byte_identical_manifests() {
     let project = Project::new("127.0.0.1:1");
-    let build = image::cargo::Build {
+    let build = image::cargo::CargoBuild {
         root: project.root(),
         package: "hello",
         bin: "hello",
@@ -110,7 +110,7 @@ fn two_clean_cargo_builds_give_byte_identical_manifests() {
     // Paths are remapped: the same sources in another checkout give the
     // same image too.
     let elsewhere = Project::new("127.0.0.1:1");
-    let third = image::cargo::build_image(&image::cargo::Build {
+    let third = image::cargo::build_image(&image::cargo::CargoBuild {
         root: elsewhere.root(),
         ..build
     })

@@ -10,7 +10,7 @@ use dev_env::{
     docker, kubeconfig,
     lifecycle::{self, UpOptions},
     network,
-    plan::Drift,
+    plan::{Drift, Object},
     state::State,
 };
 use dev_env_tests::{SimProject, Stderr};
@@ -102,7 +102,7 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
     let config = env.config();
 
     let first = up(&config, OPTIONS).expect("dev up from nothing");
-    assert_eq!(first.network, Some(network::Outcome::Created));
+    assert_eq!(first.network, Some(network::Ensured::Created));
     let (_, node) = first.node.expect("a node");
 
     // Both kubeconfigs exist, mode 0600; the host one works with kubectl,
@@ -154,7 +154,7 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
     // A second `up` changes nothing: same containers, same resourceVersions.
     let versions = resource_versions(kc);
     let second = up(&config, OPTIONS).expect("second dev up");
-    assert_eq!(second.network, Some(network::Outcome::Unchanged));
+    assert_eq!(second.network, Some(network::Ensured::Unchanged));
     assert!(
         second.applied.iter().all(|a| !a.changed),
         "{:?}",
@@ -253,8 +253,8 @@ fn drift_stops_up_down_still_works_and_recreate_converges() {
     let lifecycle::Error::Drift { drifts } = err else {
         panic!("a drift error: {message}")
     };
-    let objects: Vec<&str> = drifts.iter().map(|d: &Drift| d.object.as_str()).collect();
-    assert!(objects.contains(&"network"), "{objects:?}");
+    let objects: Vec<Object> = drifts.iter().map(|d: &Drift| d.object).collect();
+    assert!(objects.contains(&Object::Network), "{objects:?}");
 
     // `down` works whatever the drift; then `up --recreate` converges on
     // the new subnet.
@@ -321,7 +321,7 @@ fn up_repairs_a_killed_node_and_a_deleted_registry() {
     assert!(
         matches!(
             outcome,
-            Some(dev_env::cluster::Outcome::Started | dev_env::cluster::Outcome::Unchanged)
+            Some(dev_env::cluster::Ensured::Started | dev_env::cluster::Ensured::Unchanged)
         ),
         "{outcome:?}"
     );

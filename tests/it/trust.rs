@@ -349,7 +349,7 @@ fn up_reattaches_every_container_to_a_network_removed_under_it() {
     assert!(!status_ok(&config), "status sees the network gone");
 
     let report = up(&config).expect("dev up repairs the network");
-    assert_eq!(report.network, Some(dev_env::network::Outcome::Created));
+    assert_eq!(report.network, Some(dev_env::network::Ensured::Created));
     let now = members();
     for container in [
         format!("{}-registry", env.name),
@@ -398,7 +398,7 @@ fn a_node_created_but_never_started_is_made_again() {
     .unwrap();
     let report = up(&config).expect("dev up converges from a half-made node");
     let (outcome, _) = report.node.expect("a node");
-    assert_eq!(outcome, dev_env::cluster::Outcome::Created);
+    assert_eq!(outcome, dev_env::cluster::Ensured::Created);
     assert!(status_ok(&config));
     down(&config, DownOptions::RESET_PURGE).unwrap();
 }

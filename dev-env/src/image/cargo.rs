@@ -68,7 +68,7 @@ pub enum Error {
 
 /// What to build: package `package`'s binary `bin` in the workspace at `root`.
 #[derive(Debug, Clone)]
-pub struct Build<'a> {
+pub struct CargoBuild<'a> {
     pub root: &'a Path,
     pub package: &'a str,
     pub bin: &'a str,
@@ -78,7 +78,7 @@ pub struct Build<'a> {
 
 /// Builds the binary and assembles its image. Blocking: run it off the
 /// async runtime.
-pub fn build_image(build: &Build<'_>) -> Result<oci::Image, Error> {
+pub fn build_image(build: &CargoBuild<'_>) -> Result<oci::Image, Error> {
     let binary = build_binary(build)?;
     let bytes = std::fs::read(&binary).map_err(|source| Error::Read {
         path: binary.clone(),
@@ -88,7 +88,7 @@ pub fn build_image(build: &Build<'_>) -> Result<oci::Image, Error> {
 }
 
 /// Runs the release build and returns the path of the binary.
-pub fn build_binary(build: &Build<'_>) -> Result<PathBuf, Error> {
+pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
     let spawn = |source| Error::Spawn {
         dir: build.root.to_path_buf(),
         source,

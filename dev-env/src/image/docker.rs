@@ -55,7 +55,7 @@ pub enum Error {
 
 /// A Dockerfile build.
 #[derive(Debug, Clone)]
-pub struct Build<'a> {
+pub struct DockerBuild<'a> {
     pub context: &'a Path,
     pub dockerfile: &'a Path,
     pub target: Option<&'a str>,
@@ -70,7 +70,7 @@ pub struct Build<'a> {
 }
 
 /// Builds the image and tags it `<repository>:<tag>`; returns the image ID.
-pub async fn build(docker: &Docker, build: &Build<'_>) -> Result<String, Error> {
+pub async fn build(docker: &Docker, build: &DockerBuild<'_>) -> Result<String, Error> {
     let (context_dir, dockerfile) = (build.context.to_path_buf(), build.dockerfile.to_path_buf());
     let staged = build.staged.to_vec();
     let packed =

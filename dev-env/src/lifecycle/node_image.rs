@@ -186,7 +186,7 @@ pub async fn build_sim_image(
 ) -> Result<(), BuildError> {
     let root = root.to_path_buf();
     let binary = tokio::task::spawn_blocking(move || {
-        cargo_build::build_binary(&cargo_build::Build {
+        cargo_build::build_binary(&cargo_build::CargoBuild {
             root: &root,
             package: "kube-sim",
             bin: "kube-sim",
@@ -209,7 +209,7 @@ pub async fn build_sim_image(
         _ => (image, "latest"),
     };
     let build_args = Default::default();
-    let build = image::docker::Build {
+    let build = image::docker::DockerBuild {
         context: dir.path(),
         dockerfile: &dockerfile,
         target: None,

@@ -1,0 +1,407 @@
+//! The inner loop on a project of its own under `target/bench/loop/`,
+//! against the same change done by hand with docker and kubectl.
+
+use std::{
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use kube::{Api, Client};
+use xshell::{Shell, cmd};
+
+use super::{Error, Figure, step};
+use crate::{
+    config::Config,
+    deliver,
+    image::cargo,
+    lifecycle::{self, DownOptions, UpOptions},
+    report::Silent,
+};
+
+/// Deadline of each wait in the loop figures.
+const LOOP_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The source of the test service: an HTTP server on 8080 answering every
+/// request with its version. `@VERSION@` and `@CRASH@` are filled by
+/// [`app_source`].
+const APP_SOURCE: &str = include_str!("fixtures/app.rs.txt");
+
+/// The service's `main.rs`: it answers every request with `version`, or
+/// exits at once with status 3 when `crash`.
+pub fn app_source(version: &str, crash: bool) -> String {
+    APP_SOURCE
+        .replace("@VERSION@", version)
+        .replace("@CRASH@", if crash { "true" } else { "false" })
+}
+
+/// The inner loop on a project of its own under `target/bench/loop/`: a
+/// one-crate HTTP service as a Deployment of 2 pods, on the sim provider
+/// with the real registry. Figures: cold and warm `dev up`, a no-op
+/// `push-image`, a one-line change split into build, push and rollout+wait,
+/// the wait's detection latency against an independent watch, and the same
+/// change done by hand (`docker build`, `docker push`, `kubectl set image`,
+/// `kubectl rollout status`) as a ratio.
+pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> {
+    let bench = Bench::prepare(root).await?;
+    let mut samples = Samples::default();
+    for _ in 0..runs {
+        bench.cold_and_warm_up(&mut samples).await?;
+    }
+    for _ in 0..runs {
+        let started = Instant::now();
+        bench.push().await?;
+        samples.noop.push(started.elapsed().as_secs_f64());
+    }
+    let client = deliver::cluster_client(&bench.config)
+        .await
+        .map_err(|e| step("a cluster client")(e.to_string()))?;
+    for run in 0..runs {
+        bench.one_line_change(&client, run, &mut samples).await?;
+        samples.baseline.push(bench.by_hand(run).await?);
+    }
+    bench.reset().await?;
+    Ok(samples.figures())
+}
+
+/// What the loop figures measured, one sample per run.
+#[derive(Default)]
+struct Samples {
+    cold: Vec<f64>,
+    warm: Vec<f64>,
+    noop: Vec<f64>,
+    build: Vec<f64>,
+    upload: Vec<f64>,
+    rollout: Vec<f64>,
+    total: Vec<f64>,
+    /// Milliseconds; only runs whose independent watch saw the end.
+    latency: Vec<f64>,
+    baseline: Vec<f64>,
+}
+
+impl Samples {
+    fn figures(self) -> Vec<Figure> {
+        let ratio: Vec<f64> = self
+            .total
+            .iter()
+            .zip(&self.baseline)
+            .map(|(ours, theirs)| ours / theirs)
+            .collect();
+        let change = "push-image after a one-line change";
+        let mut figures = vec![
+            Figure::of("cold dev up (images local)", "s", self.cold),
+            Figure::of("warm dev up", "s", self.warm),
+            Figure::of("push-image, no change", "s", self.noop),
+            Figure::of(&format!("{change}: build"), "s", self.build),
+            Figure::of(&format!("{change}: push"), "s", self.upload),
+            Figure::of(&format!("{change}: rollout+wait"), "s", self.rollout),
+            Figure::of(&format!("{change}: total"), "s", self.total),
+        ];
+        if !self.latency.is_empty() {
+            figures.push(Figure::of(
+                "wait detection after an independent watch sees the rollout done",
+                "ms",
+                self.latency,
+            ));
+        }
+        figures.push(Figure::of(
+            "by hand: docker build + push + kubectl set image + rollout status",
+            "s",
+            self.baseline,
+        ));
+        figures.push(Figure::of(
+            "one-line change, dev-env / by hand",
+            "ratio",
+            ratio,
+        ));
+        figures
+    }
+}
+
+/// The bench project and its environment.
+struct Bench {
+    project: LoopProject,
+    config: Config,
+}
+
+impl Bench {
+    /// Writes the project and brings its environment up once, so images
+    /// (node, registry, the project's first build) are made before any
+    /// figure is taken.
+    async fn prepare(root: &Path) -> Result<Bench, Error> {
+        let project = LoopProject::create(&root.join("target/bench/loop")).await?;
+        let config = Config::load(&project.dir.join("dev-env.yaml"))
+            .map_err(|e| step("the bench project's dev-env.yaml")(e.to_string()))?;
+        let bench = Bench { project, config };
+        bench.up("preparing the bench environment").await?;
+        Ok(bench)
+    }
+
+    async fn up(&self, what: &str) -> Result<(), Error> {
+        let options = UpOptions {
+            recreate: false,
+            verbose: false,
+            timeout: LOOP_TIMEOUT,
+        };
+        lifecycle::up(&self.config, options, &Silent)
+            .await
+            .map(drop)
+            .map_err(|e| step(what)(e.to_string()))
+    }
+
+    async fn reset(&self) -> Result<(), Error> {
+        lifecycle::down(&self.config, DownOptions::RESET_PURGE, &Silent)
+            .await
+            .map(drop)
+            .map_err(|e| step("dev reset")(e.to_string()))
+    }
+
+    /// `dev reset`, then a timed cold `dev up` and a timed warm one.
+    async fn cold_and_warm_up(&self, samples: &mut Samples) -> Result<(), Error> {
+        self.reset().await?;
+        let started = Instant::now();
+        self.up("cold dev up").await?;
+        samples.cold.push(started.elapsed().as_secs_f64());
+        let started = Instant::now();
+        self.up("warm dev up").await?;
+        samples.warm.push(started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// `push-image app` with a rollout; its outcome, or its error.
+    async fn push(&self) -> Result<deliver::Outcome, Error> {
+        let flags = deliver::PushFlags {
+            rollout: true,
+            timeout: LOOP_TIMEOUT,
+            verbose: false,
+        };
+        let components = [String::from("app")];
+        let outcome = deliver::push(&self.config, &components, flags, &Silent)
+            .await
+            .map_err(|e| step("push-image")(e.to_string()))?
+            .remove(0);
+        match &outcome.error {
+            Some(e) => Err(step("push-image")(e.clone())),
+            None => Ok(outcome),
+        }
+    }
+
+    /// A one-line change pushed: the build timed on its own (so the push
+    /// finds it done), then the push split into upload and rollout+wait,
+    /// and the wait's lag behind an independent watch.
+    async fn one_line_change(
+        &self,
+        client: &Client,
+        run: usize,
+        samples: &mut Samples,
+    ) -> Result<(), Error> {
+        self.project.source(&format!("v{}", run + 2)).await?;
+        let started = Instant::now();
+        let build = self.project.cargo_build();
+        tokio::task::block_in_place(|| cargo::build_binary(&build))
+            .map_err(|e| step("cargo build")(e.to_string()))?;
+        samples.build.push(started.elapsed().as_secs_f64());
+        let observer = observe_rollout(client.clone(), "bench", "app=app");
+        let pushed = Instant::now();
+        let outcome = self.push().await?;
+        let returned = Instant::now();
+        let wait = outcome.wait_ms as f64 / 1000.0;
+        samples
+            .upload
+            .push(returned.duration_since(pushed).as_secs_f64() - wait);
+        samples.rollout.push(wait);
+        samples.total.push(started.elapsed().as_secs_f64());
+        if let Ok(Ok(seen)) = tokio::time::timeout(Duration::from_secs(5), observer).await {
+            let lag = returned.saturating_duration_since(seen);
+            samples.latency.push(lag.as_secs_f64() * 1000.0);
+        }
+        Ok(())
+    }
+
+    /// The same one-line change done by hand, timed: build the image with
+    /// the engine from the binary just built, push it, set it on the
+    /// Deployment with kubectl, and wait with `kubectl rollout status`.
+    async fn by_hand(&self, run: usize) -> Result<f64, Error> {
+        let fail = step("the by-hand baseline");
+        self.project.source(&format!("hand-{run}")).await?;
+        let config = &self.config;
+        let state =
+            crate::state::State::load(&config.state_dir()).map_err(|e| fail(e.to_string()))?;
+        let host = crate::registry::host(config, &state).map_err(|e| fail(e.to_string()))?;
+        let hand = Hand {
+            image: format!("{host}/bench/app:hand-{run}"),
+            in_cluster: format!("{}/bench/app:hand-{run}", config.registry.cluster_host),
+            kubeconfig: config.state_dir().join(crate::kubeconfig::HOST_FILE),
+        };
+        tokio::task::block_in_place(|| {
+            let started = Instant::now();
+            hand.run(&self.project)?;
+            Ok(started.elapsed().as_secs_f64())
+        })
+    }
+}
+
+/// The names the by-hand baseline uses.
+struct Hand {
+    /// The image as pushed from the host.
+    image: String,
+    /// The image as pods pull it.
+    in_cluster: String,
+    kubeconfig: PathBuf,
+}
+
+impl Hand {
+    /// Builds, pushes, sets and waits. Blocking.
+    fn run(&self, project: &LoopProject) -> Result<(), Error> {
+        let fail = step("the by-hand baseline");
+        let binary =
+            cargo::build_binary(&project.cargo_build()).map_err(|e| fail(e.to_string()))?;
+        let context = project.dir.join("hand");
+        std::fs::create_dir_all(&context).map_err(|e| fail(e.to_string()))?;
+        std::fs::copy(&binary, context.join("app")).map_err(|e| fail(e.to_string()))?;
+        std::fs::write(
+            context.join("Dockerfile"),
+            "FROM scratch\nCOPY app /app\nENTRYPOINT [\"/app\"]\n",
+        )
+        .map_err(|e| fail(e.to_string()))?;
+        let sh = Shell::new().map_err(|e| fail(e.to_string()))?;
+        let run = |cmd: xshell::Cmd<'_>| {
+            cmd.quiet()
+                .ignore_stdout()
+                .ignore_stderr()
+                .run()
+                .map_err(|e| fail(e.to_string()))
+        };
+        let (image, in_cluster, kubeconfig) = (&self.image, &self.in_cluster, &self.kubeconfig);
+        run(cmd!(sh, "docker build -q -t {image} {context}"))?;
+        run(cmd!(sh, "docker push -q {image}"))?;
+        run(cmd!(
+            sh,
+            "kubectl --kubeconfig {kubeconfig} -n bench set image deployment/app app={in_cluster}"
+        ))?;
+        run(cmd!(
+            sh,
+            "kubectl --kubeconfig {kubeconfig} -n bench rollout status deployment/app --timeout=180s"
+        ))
+    }
+}
+
+/// Resolves when an independent watch first sees only Ready pods of one
+/// template hash matching `selector` (the rollout done), with the instant.
+fn observe_rollout(
+    client: Client,
+    namespace: &str,
+    selector: &str,
+) -> tokio::task::JoinHandle<Instant> {
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client, namespace);
+    let config = watcher::Config::default().labels(selector);
+    tokio::spawn(async move {
+        let (reader, writer) = reflector::store();
+        let mut events = reflector::reflector(writer, watcher(pods, config))
+            .default_backoff()
+            .boxed();
+        let mut seen_other = false;
+        let mut first_hash: Option<String> = None;
+        while events.next().await.is_some() {
+            let pods = reader.state();
+            let hashes: std::collections::BTreeSet<_> = pods
+                .iter()
+                .filter_map(|p| {
+                    p.metadata
+                        .labels
+                        .as_ref()?
+                        .get("pod-template-hash")
+                        .cloned()
+                })
+                .collect();
+            if first_hash.is_none() {
+                first_hash = hashes.iter().next().cloned();
+            }
+            seen_other |= hashes.iter().any(|h| Some(h) != first_hash.as_ref());
+            let ready = pods.len() == 2
+                && hashes.len() == 1
+                && pods.iter().all(|p| {
+                    p.status
+                        .iter()
+                        .flat_map(|s| s.container_statuses.iter().flatten())
+                        .all(|c| c.ready)
+                });
+            if seen_other && ready {
+                return Instant::now();
+            }
+        }
+        Instant::now()
+    })
+}
+
+/// The loop figures' project: a one-crate workspace `app` serving HTTP on
+/// 8080, its namespace and Deployment, and its `dev-env.yaml`.
+struct LoopProject {
+    dir: PathBuf,
+}
+
+impl LoopProject {
+    async fn create(dir: &Path) -> Result<LoopProject, Error> {
+        let project = LoopProject {
+            dir: dir.to_path_buf(),
+        };
+        project
+            .write(
+                "Cargo.toml",
+                "[workspace]\nmembers = [\"app\"]\nresolver = \"3\"\n",
+            )
+            .await?;
+        project
+            .write(
+                "app/Cargo.toml",
+                "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
+            )
+            .await?;
+        project.write(
+            "dev-env.yaml",
+            "name: bench-loop\nnetwork: {ipv4Subnet: 10.252.9.0/24}\ncluster: {provider: sim}\nmanifests: [manifests]\n\
+             components:\n  app:\n    image: bench/app\n    build: {cargo: {package: app}}\n    \
+             rollout: {kind: Deployment, namespace: bench, name: app, container: app}\n",
+        ).await?;
+        project.write(
+            "manifests/app.yaml",
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: bench}\n---\n\
+             apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: app, namespace: bench}\nspec:\n  replicas: 2\n  \
+             selector: {matchLabels: {app: app}}\n  template:\n    metadata: {labels: {app: app}}\n    spec:\n      \
+             terminationGracePeriodSeconds: 1\n      containers:\n      - name: app\n        image: bench/app:dev\n        \
+             readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}\n",
+        ).await?;
+        project.source("v1").await?;
+        Ok(project)
+    }
+
+    /// Writes `text` at `path` under the project.
+    async fn write(&self, path: &str, text: &str) -> Result<(), Error> {
+        let fail = step("writing the bench project");
+        let path = self.dir.join(path);
+        tokio::fs::create_dir_all(path.parent().expect("a parent"))
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        tokio::fs::write(path, text)
+            .await
+            .map_err(|e| fail(e.to_string()))
+    }
+
+    /// The service's source, answering every request with `version`.
+    async fn source(&self, version: &str) -> Result<(), Error> {
+        self.write("app/src/main.rs", &app_source(version, false))
+            .await
+    }
+
+    /// The release build of the service's binary.
+    fn cargo_build(&self) -> cargo::CargoBuild<'_> {
+        cargo::CargoBuild {
+            root: &self.dir,
+            package: "app",
+            bin: "app",
+            verbose: false,
+        }
+    }
+}

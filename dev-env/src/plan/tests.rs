@@ -1,0 +1,141 @@
+use super::*;
+
+fn config(text: &str) -> Config {
+    // `provider: sim` needs the `kube-sim` package.
+    let dir = crate::config::tests::workspace(&[("kube-sim", &["kube-sim"])]);
+    Config::parse(&dir.path().join("dev-env.yaml"), text).unwrap()
+}
+
+#[test]
+fn node_spec_has_one_source_per_destination_and_the_k3s_contract() {
+    let sim = node_spec(&config("name: shop\ncluster: {provider: sim}\n"), None);
+    assert!(!sim.privileged && sim.tmpfs.is_empty());
+    assert!(sim.command.windows(2).any(|w| w == ["--kubelet", "docker"]));
+    assert!(
+        sim.command
+            .windows(2)
+            .any(|w| w == ["--docker-label", "dev-env.name=shop"])
+    );
+    assert_eq!(sim.mounts.len(), 1);
+    assert!(matches!(
+        &sim.mounts[NODE_DOCKER_SOCKET],
+        MountSource::Bind(_)
+    ));
+    let spec = node_spec(&config("name: shop\n"), None);
+    assert!(spec.mounts.is_empty());
+    assert_eq!(spec.container, "shop-server-0");
+    assert_eq!(
+        &spec.command[..5],
+        [
+            "server",
+            "--tls-san",
+            "shop-server-0",
+            "--tls-san",
+            "127.0.0.1"
+        ]
+    );
+    assert!(spec.privileged);
+    assert_eq!(spec.tmpfs.keys().collect::<Vec<_>>(), ["/run", "/var/run"]);
+    assert_eq!(spec.env["K3S_KUBECONFIG_OUTPUT"], NODE_KUBECONFIG_OUTPUT);
+    assert!(spec.files[NODE_REGISTRIES_YAML].contains("\"shop-registry:5000\""));
+}
+
+#[test]
+fn k3s_nodes_get_what_a_real_daemon_needs_and_sim_nodes_do_not() {
+    let k3s = node_spec(&config("name: demo\n"), Some(5001));
+    assert!(k3s.privileged && k3s.userns_host && k3s.cgroupns_private);
+    assert!(
+        k3s.command
+            .contains(&String::from("--disable=traefik,servicelb,metrics-server")),
+        "{:?}",
+        k3s.command
+    );
+    let kept = node_spec(
+        &config("name: demo\ncluster: {disable: [traefik]}\n"),
+        Some(5001),
+    );
+    assert!(kept.command.contains(&String::from("--disable=traefik")));
+    let none = node_spec(&config("name: demo\ncluster: {disable: []}\n"), Some(5001));
+    assert!(!none.command.iter().any(|a| a.starts_with("--disable")));
+    let sim = node_spec(
+        &config("name: demo\ncluster: {provider: sim}\n"),
+        Some(5001),
+    );
+    assert!(!sim.privileged && !sim.userns_host && !sim.cgroupns_private);
+    assert!(!sim.command.iter().any(|a| a.starts_with("--disable")));
+    // Defaults that are off stay out of the spec, so nodes made before
+    // these settings existed do not count as drifted.
+    let json = serde_json::to_value(&sim).unwrap();
+    assert!(json.get("usernsHost").is_none() && json.get("cgroupnsPrivate").is_none());
+}
+
+#[test]
+fn proxies_pass_through_with_the_environments_own_names_exempt() {
+    let config = config("name: demo\n");
+    assert!(proxy_env(&config, |_| None).is_empty());
+    let env = proxy_env(&config, |key| match key {
+        "https_proxy" => Some(String::from("http://proxy:3128")),
+        "NO_PROXY" => Some(String::from("corp.example, localhost")),
+        _ => None,
+    });
+    assert_eq!(env["HTTPS_PROXY"], "http://proxy:3128");
+    assert_eq!(env["https_proxy"], "http://proxy:3128");
+    assert!(!env.contains_key("HTTP_PROXY"));
+    let no_proxy: Vec<&str> = env["NO_PROXY"].split(',').collect();
+    for name in [
+        "corp.example",
+        "localhost",
+        "127.0.0.1",
+        "demo-registry",
+        "demo-server-0",
+        "10.42.0.0/16",
+        "10.43.0.0/16",
+    ] {
+        assert!(no_proxy.contains(&name), "{name} missing from {no_proxy:?}");
+    }
+    assert_eq!(no_proxy.iter().filter(|n| **n == "localhost").count(), 1);
+    assert_eq!(env["no_proxy"], env["NO_PROXY"]);
+}
+
+#[test]
+fn registries_yaml_mirrors_the_host_name_once_the_port_is_known() {
+    let yaml = registries_yaml(&config("name: shop\n"), Some(5001));
+    assert_eq!(
+        yaml,
+        "mirrors:\n  \"shop-registry:5000\":\n    endpoint:\n      - \"http://shop-registry:5000\"\n  \"localhost:5001\":\n    endpoint:\n      - \"http://shop-registry:5000\"\n"
+    );
+}
+
+#[test]
+fn drift_names_each_changed_field() {
+    let a = network_spec(&config("name: a\n"));
+    let b = network_spec(&config(
+        "name: a\nnetwork: {ipv4Subnet: 172.29.0.0/24, ipv6Subnet: 'fd00:1::/64'}\n",
+    ));
+    let labels = labels("a", "network", &a);
+    assert_eq!(labels[docker::LABEL_NAME], "a");
+    assert_eq!(
+        drift_from_labels(&labels, Object::Network, "a", &a),
+        Ownership::Matches
+    );
+    let Ownership::Drifted(drift) = drift_from_labels(&labels, Object::Network, "a", &b) else {
+        panic!("a drift")
+    };
+    assert_eq!(
+        drift.to_string(),
+        "network `a` differs from dev-env.yaml:\n    ipv4Subnet: 192.168.231.0/24 -> 172.29.0.0/24\n    ipv6Subnet: (unset) -> fd00:1::/64"
+    );
+    assert_eq!(
+        drift_from_labels(&HashMap::new(), Object::Network, "a", &a),
+        Ownership::NotOurs
+    );
+}
+
+#[test]
+fn spec_hash_changes_with_the_spec() {
+    let a = network_spec(&config("name: a\n"));
+    let b = network_spec(&config("name: a\nnetwork: {ipv4Subnet: 172.29.0.0/24}\n"));
+    assert_eq!(spec_hash(&a), spec_hash(&a.clone()));
+    assert_ne!(spec_hash(&a), spec_hash(&b));
+    assert_eq!(spec_hash(&a).len(), 64);
+}
