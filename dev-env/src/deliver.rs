@@ -164,7 +164,7 @@ pub async fn push(
         &registry,
         components,
         PushOptions {
-            verbose: flags.verbose,
+            output: flags.verbose.then_some(reporter),
         },
     )
     .await;

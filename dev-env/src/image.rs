@@ -109,10 +109,11 @@ pub enum Error {
 }
 
 /// How to run builds.
-#[derive(Debug, Clone, Copy)]
-pub struct PushOptions {
-    /// Stream build output instead of showing it only on failure.
-    pub verbose: bool,
+#[derive(Clone, Copy)]
+pub struct PushOptions<'a> {
+    /// Where build output goes as it comes (`--verbose`); `None` shows it
+    /// only on failure.
+    pub output: Option<&'a dyn crate::report::Reporter>,
 }
 
 /// A verified push of one component.
@@ -148,7 +149,7 @@ pub async fn push_components(
     config: &Config,
     registry: &distribution::Client,
     components: &[String],
-    options: PushOptions,
+    options: PushOptions<'_>,
 ) -> Vec<Result<Pushed, Error>> {
     let needs_docker = components.iter().any(|name| {
         matches!(
@@ -208,7 +209,7 @@ pub async fn push_component(
     registry: &distribution::Client,
     docker: Option<&Docker>,
     name: &str,
-    options: PushOptions,
+    options: PushOptions<'_>,
 ) -> Result<Pushed, Error> {
     let started = Instant::now();
     let component = config.component(name)?;
@@ -231,7 +232,7 @@ pub async fn push_component(
                 root: &config.root,
                 package,
                 bin,
-                verbose: options.verbose,
+                verbose: options.output.is_some(),
             };
             push_cargo(&target, build, before.as_ref()).await?
         }
@@ -251,7 +252,7 @@ pub async fn push_component(
                 repository: &repository,
                 tag: DEV_TAG,
                 staged: &[],
-                verbose: options.verbose,
+                output: options.output,
             };
             let staged = Staged {
                 binary: binary.as_ref(),
@@ -365,7 +366,9 @@ async fn push_docker(
     before: Option<&distribution::Manifest>,
 ) -> Result<Upload, Error> {
     let files = match staged.binary {
-        Some(binary) => vec![stage_binary(target, staged.root, binary, build.verbose).await?],
+        Some(binary) => {
+            vec![stage_binary(target, staged.root, binary, build.output.is_some()).await?]
+        }
         None => Vec::new(),
     };
     let build = docker::DockerBuild {

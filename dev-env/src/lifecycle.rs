@@ -460,7 +460,7 @@ async fn ensure_images(
         &client,
         &unpushed,
         image::PushOptions {
-            verbose: options.verbose,
+            output: options.verbose.then_some(reporter),
         },
     )
     .await;

@@ -431,7 +431,7 @@ pub async fn build_local_image(docker: &Docker, binary: &Path, tag: &str) -> Res
         repository,
         tag,
         staged: &[],
-        verbose: false,
+        output: None,
     };
     image::docker::build(docker, &build)
         .await

@@ -8,7 +8,7 @@ use dev_env::{
 };
 use dev_env_tests::{DistributionRegistry, DockerCleanup, Project, free_port, require_docker};
 
-const QUIET: PushOptions = PushOptions { verbose: false };
+const QUIET: PushOptions<'static> = PushOptions { output: None };
 
 /// Pushes `component` of `project` the way `push-image` does: build, push,
 /// verify, record in the state.

@@ -54,7 +54,7 @@ pub enum Error {
 }
 
 /// A Dockerfile build.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DockerBuild<'a> {
     pub context: &'a Path,
     pub dockerfile: &'a Path,
@@ -65,8 +65,9 @@ pub struct DockerBuild<'a> {
     pub tag: &'a str,
     /// Files added at the context root: (name, path on disk).
     pub staged: &'a [(String, std::path::PathBuf)],
-    /// Stream the build log instead of showing it only on failure.
-    pub verbose: bool,
+    /// Where the build log goes line by line as it comes (`--verbose`);
+    /// `None` shows it only on failure.
+    pub output: Option<&'a dyn crate::report::Reporter>,
 }
 
 /// Builds the image and tags it `<repository>:<tag>`; returns the image ID.
@@ -112,13 +113,11 @@ pub async fn build(docker: &Docker, build: &DockerBuild<'_>) -> Result<String, E
         match item {
             Ok(info) => {
                 if let Some(line) = info.stream.as_deref().or(info.status.as_deref()) {
-                    if build.verbose {
-                        #[allow(
-                            clippy::print_stderr,
-                            reason = "the engine's build log, streamed as it comes when asked for"
-                        )]
-                        {
-                            eprint!("{line}");
+                    if let Some(output) = build.output {
+                        for text in line.lines().filter(|l| !l.trim().is_empty()) {
+                            output.report(&crate::report::Event::BuildOutput {
+                                line: text.to_string(),
+                            });
                         }
                     }
                     // The tail shown on failure keeps only lines that say something.

@@ -64,12 +64,18 @@ pub(super) async fn ensure_node_image(
             image: image.clone(),
             step: Step::Building,
         });
-        build_sim_image(docker, &workspace, image, &source, verbose)
-            .await
-            .map_err(|source| Error::NodeImageBuild {
-                image: image.clone(),
-                source: Box::new(source),
-            })?;
+        build_sim_image(
+            docker,
+            &workspace,
+            image,
+            &source,
+            verbose.then_some(reporter),
+        )
+        .await
+        .map_err(|source| Error::NodeImageBuild {
+            image: image.clone(),
+            source: Box::new(source),
+        })?;
         reporter.report(&Event::NodeImage {
             image: image.clone(),
             step: Step::Built,
@@ -182,9 +188,10 @@ pub async fn build_sim_image(
     root: &Path,
     image: &str,
     source: &str,
-    verbose: bool,
+    output: Option<&dyn Reporter>,
 ) -> Result<(), BuildError> {
     let root = root.to_path_buf();
+    let verbose = output.is_some();
     let binary = tokio::task::spawn_blocking(move || {
         cargo_build::build_binary(&cargo_build::CargoBuild {
             root: &root,
@@ -217,7 +224,7 @@ pub async fn build_sim_image(
         repository,
         tag,
         staged: &[],
-        verbose,
+        output,
     };
     image::docker::build(docker, &build).await?;
     Ok(())
