@@ -405,38 +405,7 @@ fn a_node_created_but_never_started_is_made_again() {
 
 #[test]
 fn up_pushes_again_what_the_registry_lost_and_status_notices() {
-    let env = SimProject::new("lost");
-    env.write(
-        "Cargo.toml",
-        "[workspace]\nmembers = [\"app\"]\nresolver = \"3\"\n",
-    );
-    env.write(
-        "app/Cargo.toml",
-        "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2024\"\n",
-    );
-    env.write(
-        "app/src/main.rs",
-        "fn main() {\n    std::thread::sleep(std::time::Duration::from_secs(86400));\n}\n",
-    );
-    let name = env.name.clone();
-    env.write(
-        "dev-env.yaml",
-        &format!(
-            "name: {name}\nnetwork: {{ipv4Subnet: {}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n\
-             components:\n  app:\n    image: {name}/app\n    build: {{cargo: {{package: app}}}}\n    \
-             rollout: {{kind: Deployment, namespace: app, name: app, container: app}}\n",
-            env.subnet
-        ),
-    );
-    env.write(
-        "manifests/app.yaml",
-        &format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: app}}\n---\n\
-             apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: app, namespace: app}}\nspec:\n  replicas: 1\n  \
-             selector: {{matchLabels: {{app: app}}}}\n  template:\n    metadata: {{labels: {{app: app}}}}\n    \
-             spec: {{terminationGracePeriodSeconds: 1, containers: [{{name: app, image: 'registry:5000/{name}/app:dev'}}]}}\n"
-        ),
-    );
+    let env = SimProject::with_component("lost");
     let config = env.config();
     let first = up(&config).expect("dev up pushes the component");
     assert_eq!(first.pushed, ["app"]);

@@ -146,3 +146,64 @@ fn an_existing_cluster_and_an_external_registry_need_no_docker_object() {
     assert!(out.status.success(), "{}", text(&out));
     rt.block_on(sim.shutdown());
 }
+
+/// What a person reads must never show Rust's debug formatting.
+fn assert_no_debug_text(command: &str, text: &str) {
+    for debug in ["Some(", "{ ", "None"] {
+        assert!(
+            !text.contains(debug),
+            "`{command}` shows `{debug}`:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn every_command_keeps_its_output_contract() {
+    let env = SimProject::with_component("out");
+    let config = env.dir.join("dev-env.yaml");
+    let run = |args: &[&str]| {
+        let out = xtask(&config, args).output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+        (
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let json = |args: &[&str]| -> serde_json::Value {
+        let (stdout, _) = run(args);
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}:\n{stdout}"))
+    };
+
+    let up = json(&["dev", "up", "--json"]);
+    assert_eq!(up["pushed"], serde_json::json!(["app"]), "{up}");
+    // Converged: `-q` prints nothing at all.
+    let (stdout, stderr) = run(&["-q", "dev", "up"]);
+    assert_eq!((stdout.as_str(), stderr.as_str()), ("", ""));
+
+    for args in [
+        &["dev", "up"][..],
+        &["dev", "status"],
+        &["push-image", "app"],
+        &["reload", "app"],
+    ] {
+        let (stdout, stderr) = run(args);
+        assert_no_debug_text(&args.join(" "), &format!("{stdout}{stderr}"));
+    }
+    let push = json(&["push-image", "app", "--json"]);
+    assert!(push["components"][0]["digest"].is_string(), "{push}");
+    let reload = json(&["reload", "app", "--json"]);
+    assert!(reload["components"][0]["error"].is_null(), "{reload}");
+    let status = json(&["dev", "status", "--json"]);
+    assert_eq!(status["ok"], serde_json::json!(true), "{status}");
+
+    let down = json(&["dev", "down", "--json"]);
+    assert_eq!(
+        (down["node"].clone(), down["registry"].clone()),
+        (true.into(), true.into())
+    );
+    let (stdout, stderr) = run(&["dev", "reset", "--purge"]);
+    assert_no_debug_text("dev reset --purge", &format!("{stdout}{stderr}"));
+    // Nothing left: status says so with its own exit code.
+    let out = xtask(&config, &["dev", "status"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+}

@@ -452,6 +452,6 @@ fn a_refused_watch_and_a_timeout_say_what_was_watched_and_why() {
     };
     assert_eq!(
         timeout.to_string(),
-        "timed out after 5s waiting for deployment demo/web; last observed:\nweb: 0 out of 2 new replicas have been updated\nlast watch error: watching Pods in demo: client error (Connect)"
+        "timed out after 5s waiting for deployment demo/web; last observed:\nweb: 0 out of 2 new replicas have been updated\nlast watch error: watching Pods in demo: client error (Connect)\nwhen it is only slow, give it longer with `--timeout`; `cargo xtask dev logs <component>` shows what the pods say"
     );
 }
