@@ -194,44 +194,58 @@ pub async fn push(
         outcomes.push(outcome);
     }
     if flags.rollout && !pushed.is_empty() {
-        match cluster_client(config).await {
-            Ok(client) => {
-                let rolling = Rolling {
-                    client: &client,
-                    config,
-                    options: &wait_options(config, flags.timeout).await,
-                    reporter,
-                };
-                let rolls = pushed.iter().map(|(i, p)| {
-                    let request = Roll {
-                        component: &p.component,
-                        image: outcomes[*i].image.clone(),
-                        digest: Some(p.digest.clone()),
-                        restart: false,
-                    };
-                    rolling.roll_and_wait(request)
-                });
-                for ((i, _), result) in pushed.iter().zip(futures::future::join_all(rolls).await) {
-                    merge(&mut outcomes[*i], result);
-                }
-            }
-            Err(e) => {
-                for (i, _) in &pushed {
-                    outcomes[*i].error = Some(e.to_string());
-                    tell(
-                        reporter,
-                        &outcomes[*i].component,
-                        Phase::Failed,
-                        &e.to_string(),
-                    );
-                }
-            }
-        }
+        roll_pushed(config, &pushed, &mut outcomes, flags.timeout, reporter).await;
     }
     for outcome in &mut outcomes {
         outcome.elapsed_ms = started.elapsed().as_millis() as u64;
     }
     Ok(outcomes)
+}
+
+/// Rolls every pushed component out and waits for it, recording each
+/// result in its outcome.
+async fn roll_pushed(
+    config: &Config,
+    pushed: &[(usize, Pushed)],
+    outcomes: &mut [Outcome],
+    timeout: Duration,
+    reporter: &dyn Reporter,
+) {
+    let client = match cluster_client(config).await {
+        Ok(client) => client,
+        Err(e) => {
+            for (i, _) in pushed {
+                outcomes[*i].error = Some(e.to_string());
+                tell(
+                    reporter,
+                    &outcomes[*i].component,
+                    Phase::Failed,
+                    &e.to_string(),
+                );
+            }
+            return;
+        }
+    };
+    let rolling = Rolling {
+        client: &client,
+        config,
+        options: &wait_options(config, timeout).await,
+        reporter,
+    };
+    let rolls = pushed.iter().map(|(i, p)| {
+        let request = Roll {
+            component: &p.component,
+            spec: &config.components[&p.component],
+            image: outcomes[*i].image.clone(),
+            digest: Some(p.digest.clone()),
+            restart: false,
+        };
+        rolling.roll_and_wait(request)
+    });
+    let results = futures::future::join_all(rolls).await;
+    for ((i, _), result) in pushed.iter().zip(results) {
+        merge(&mut outcomes[*i], result);
+    }
 }
 
 /// Re-applies the manifests (images pinned to their pushed digests), then
@@ -273,6 +287,7 @@ pub async fn reload(
         tell(reporter, name, Phase::Rollout, "restarting");
         let request = Roll {
             component: name,
+            spec: &config.components[name],
             image: None,
             digest: state.images.get(name).map(|p| p.digest.clone()),
             restart: true,
@@ -333,6 +348,8 @@ struct Rolling<'a> {
 /// `digest`, restarting it when `restart`.
 struct Roll<'a> {
     component: &'a str,
+    /// The component as the config declares it.
+    spec: &'a crate::config::Component,
     image: Option<String>,
     digest: Option<String>,
     restart: bool,
@@ -361,16 +378,12 @@ impl Rolling<'_> {
 
     async fn roll_and_wait_inner(&self, roll: &Roll<'_>) -> Result<Settled, rollout::Error> {
         let (client, options) = (self.client, self.options);
-        let rolled = rollout::roll(
-            client,
-            self.config,
-            roll.component,
-            roll.image.as_deref(),
-            roll.digest.as_deref(),
-            roll.restart,
-            options.timeout,
-        )
-        .await?;
+        let change = rollout::Change {
+            image: roll.image.as_deref(),
+            digest: roll.digest.as_deref(),
+            restart: roll.restart,
+        };
+        let rolled = rollout::roll(client, roll.spec, change, options.timeout).await?;
         let detail = if rolled.patched {
             "rolling out"
         } else {

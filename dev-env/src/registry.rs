@@ -217,48 +217,7 @@ pub async fn ensure_labelled(
         other => other,
     };
     let (port, action) = match existing {
-        Some(existing) => {
-            let labels = existing
-                .config
-                .as_ref()
-                .and_then(|c| c.labels.as_ref())
-                .cloned()
-                .unwrap_or_default();
-            let owner = labels.get(LABEL_NAME).cloned();
-            if owner.as_deref() != Some(config.name.as_str()) {
-                return Err(Error::Foreign {
-                    container: name.to_string(),
-                    name: config.name.clone(),
-                    found: owner,
-                });
-            }
-            let action = if engine::is_running(&existing) {
-                Action::Reused
-            } else {
-                docker
-                    .start_container(name, None)
-                    .await
-                    .map_err(|e| engine::Error::api(format!("start container `{name}`"), e))?;
-                Action::Started
-            };
-            // A stopped container reports no ports: read them once running.
-            let running = engine::inspect_container(docker, name).await?;
-            let actual = running
-                .as_ref()
-                .and_then(|c| engine::published_port(c, REGISTRY_CONTAINER_PORT));
-            match (registry.host_port, actual) {
-                (0, Some(actual)) => (actual, action),
-                (declared, Some(actual)) if declared != actual => {
-                    return Err(Error::PortDrift {
-                        container: name.to_string(),
-                        declared,
-                        actual,
-                    });
-                }
-                (declared, _) if declared != 0 => (declared, action),
-                (_, _) => (state.registry_port.unwrap_or(0), action),
-            }
-        }
+        Some(existing) => reuse(docker, config, &existing, &state).await?,
         None => {
             let port = match (registry.host_port, state.registry_port) {
                 (0, Some(kept)) => kept,
@@ -281,6 +240,50 @@ pub async fn ensure_labelled(
     };
     wait_ready(&endpoint, name).await?;
     Ok(endpoint)
+}
+
+/// Uses the existing registry container of the environment, starting it
+/// when stopped; the port it publishes, checked against the declared one.
+async fn reuse(
+    docker: &Docker,
+    config: &Config,
+    existing: &bollard::models::ContainerInspectResponse,
+    state: &State,
+) -> Result<(u16, Action), Error> {
+    let registry = &config.registry;
+    let name = registry.name.as_str();
+    let owner = owner_of(existing).cloned();
+    if owner.as_deref() != Some(config.name.as_str()) {
+        return Err(Error::Foreign {
+            container: name.to_string(),
+            name: config.name.clone(),
+            found: owner,
+        });
+    }
+    let action = if engine::is_running(existing) {
+        Action::Reused
+    } else {
+        docker
+            .start_container(name, None)
+            .await
+            .map_err(|e| engine::Error::api(format!("start container `{name}`"), e))?;
+        Action::Started
+    };
+    // A stopped container reports no ports: read them once running.
+    let running = engine::inspect_container(docker, name).await?;
+    let actual = running
+        .as_ref()
+        .and_then(|c| engine::published_port(c, REGISTRY_CONTAINER_PORT));
+    match (registry.host_port, actual) {
+        (0, Some(actual)) => Ok((actual, action)),
+        (declared, Some(actual)) if declared != actual => Err(Error::PortDrift {
+            container: name.to_string(),
+            declared,
+            actual,
+        }),
+        (declared, _) if declared != 0 => Ok((declared, action)),
+        (_, _) => Ok((state.registry_port.unwrap_or(0), action)),
+    }
 }
 
 fn owner_of(container: &bollard::models::ContainerInspectResponse) -> Option<&String> {

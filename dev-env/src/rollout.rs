@@ -21,7 +21,7 @@ use kube::{
 use serde_json::{Value, json};
 
 use crate::{
-    config::{Component, Config, RolloutKind},
+    config::{Component, RolloutKind},
     wait::{
         self, Step,
         workload::{self, PoolGoal, WaitOptions, Want},
@@ -90,27 +90,36 @@ pub struct Pool {
     pub generation: i64,
 }
 
-/// Points `component` at `image` (an in-cluster reference), restarting it
-/// when `restart`. `image: None` keeps the image.
+/// Applies `change` to the workload of `component` (a resolved component
+/// of the config, so no name can be missing here).
 pub async fn roll(
     client: &Client,
-    config: &Config,
-    name: &str,
-    image: Option<&str>,
-    digest: Option<&str>,
-    restart: bool,
+    component: &Component,
+    change: Change<'_>,
     timeout: Duration,
 ) -> Result<Roll, Error> {
-    let component = config
-        .components
-        .get(name)
-        .expect("component names are checked before rolling");
+    let Change {
+        image,
+        digest,
+        restart,
+    } = change;
     match component.rollout.kind {
         RolloutKind::Deployment => roll_deployment(client, component, image, digest, restart).await,
         RolloutKind::WorkerPool => {
             roll_pool(client, component, image, digest, restart, timeout).await
         }
     }
+}
+
+/// What a roll asks of a component's workload.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Change<'a> {
+    /// The in-cluster image reference to run; `None` keeps the image.
+    pub image: Option<&'a str>,
+    /// `sha256:…` the new pods must run; `None` waits for the rollout only.
+    pub digest: Option<&'a str>,
+    /// Restart the pods even when nothing else changes.
+    pub restart: bool,
 }
 
 /// Runs the wait of a roll to its end.

@@ -166,137 +166,14 @@ fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 pub async fn status(config: &Config) -> Result<Status, Error> {
     let docker = docker::connect().await?;
     let state = State::load(&config.state_dir())?;
-
-    let network = if crate::plan::needs_network(config) {
-        Some(NetworkStatus {
-            name: config.network.name.clone(),
-            exists: network::inspect(&docker, &config.network.name)
-                .await?
-                .is_some(),
-        })
-    } else {
-        None
-    };
-
-    let registry = match &config.registry.external {
-        Some(external) => RegistryStatus {
-            name: external.clone(),
-            running: true,
-            host: Some(external.clone()),
-            reachable: reachable(external).await,
-        },
-        None => {
-            let container = docker::inspect_container(&docker, &config.registry.name).await?;
-            let running = container.as_ref().is_some_and(docker::is_running);
-            let port = container
-                .as_ref()
-                .and_then(|c| docker::published_port(c, REGISTRY_CONTAINER_PORT));
-            let host = port.map(|p| format!("localhost:{p}"));
-            let reachable = match &host {
-                Some(h) if running => reachable(h).await,
-                _ => false,
-            };
-            RegistryStatus {
-                name: config.registry.name.clone(),
-                running,
-                host,
-                reachable,
-            }
-        }
-    };
-
-    let (node, client) = match config.cluster.provider {
-        Provider::Existing => {
-            let context = config.cluster.context.clone().unwrap_or_default();
-            let client = deliver::cluster_client(config).await.ok();
-            let api_ready = match &client {
-                Some(c) => ready(c).await,
-                None => false,
-            };
-            (
-                NodeStatus {
-                    name: context,
-                    running: true,
-                    api_port: None,
-                    api_ready,
-                },
-                client,
-            )
-        }
-        Provider::K3s | Provider::Sim => {
-            let container = docker::inspect_container(&docker, &config.node_name()).await?;
-            let running = container.as_ref().is_some_and(docker::is_running);
-            let api_port = container
-                .as_ref()
-                .and_then(|c| docker::published_port(c, NODE_API_PORT));
-            let client = if running {
-                deliver::cluster_client(config).await.ok()
-            } else {
-                None
-            };
-            let api_ready = match &client {
-                Some(c) => ready(c).await,
-                None => false,
-            };
-            (
-                NodeStatus {
-                    name: config.node_name(),
-                    running,
-                    api_port,
-                    api_ready,
-                },
-                client,
-            )
-        }
-    };
-
+    let network = network_status(&docker, config).await?;
+    let registry = registry_status(&docker, config).await?;
+    let (node, client) = node_status(&docker, config).await?;
+    let client = client.filter(|_| node.api_ready);
     let mut components = Vec::new();
-    for (name, component) in &config.components {
-        let pushed = state.images.get(name).map(|p| p.digest.clone());
-        let r = &component.rollout;
-        let mut status = ComponentStatus {
-            name: name.clone(),
-            kind: r.kind.to_string(),
-            object: format!("{}/{}", r.namespace, r.name),
-            pushed_digest: pushed.clone(),
-            in_registry: None,
-            running_digests: Vec::new(),
-            converged: false,
-            message: String::new(),
-        };
-        if let (Some(image), Some(host)) = (state.images.get(name), &registry.host)
-            && registry.reachable
-        {
-            let client = crate::image::distribution::Client::new(host);
-            status.in_registry = client
-                .manifest_exists(&image.repository, &image.digest)
-                .await
-                .ok();
-        }
-        match &client {
-            Some(client) if node.api_ready => {
-                let want = Want {
-                    namespace: r.namespace.clone(),
-                    deployment: r.name.clone(),
-                    container: r.container.clone(),
-                    digest: pushed,
-                };
-                if let Err(e) = inspect_component(client, r.kind, want, &mut status).await {
-                    status.message = e.to_string();
-                }
-            }
-            _ => status.message = String::from("the cluster is not reachable"),
-        }
-        if status.in_registry == Some(false) {
-            status.converged = false;
-            status.message = format!(
-                "the registry no longer has {}; run `cargo xtask dev up` (it pushes it again) or `cargo xtask push-image {name}`",
-                status.pushed_digest.as_deref().unwrap_or_default()
-            );
-        }
-        components.push(status);
+    for name in config.components.keys() {
+        components.push(component_status(config, &state, name, &registry, client.as_ref()).await);
     }
-
     let drift: Vec<String> = lifecycle::drift(&docker, config)
         .await?
         .iter()
@@ -325,6 +202,147 @@ pub async fn status(config: &Config) -> Result<Status, Error> {
         exists,
         ok,
     })
+}
+
+/// The network, when the environment needs one.
+async fn network_status(
+    docker: &bollard::Docker,
+    config: &Config,
+) -> Result<Option<NetworkStatus>, Error> {
+    if !crate::plan::needs_network(config) {
+        return Ok(None);
+    }
+    Ok(Some(NetworkStatus {
+        name: config.network.name.clone(),
+        exists: network::inspect(docker, &config.network.name)
+            .await?
+            .is_some(),
+    }))
+}
+
+/// The registry container (or the external registry), and whether it
+/// answers.
+async fn registry_status(
+    docker: &bollard::Docker,
+    config: &Config,
+) -> Result<RegistryStatus, Error> {
+    if let Some(external) = &config.registry.external {
+        return Ok(RegistryStatus {
+            name: external.clone(),
+            running: true,
+            host: Some(external.clone()),
+            reachable: reachable(external).await,
+        });
+    }
+    let container = docker::inspect_container(docker, &config.registry.name).await?;
+    let running = container.as_ref().is_some_and(docker::is_running);
+    let port = container
+        .as_ref()
+        .and_then(|c| docker::published_port(c, REGISTRY_CONTAINER_PORT));
+    let host = port.map(|p| format!("localhost:{p}"));
+    let reachable = match &host {
+        Some(h) if running => reachable(h).await,
+        _ => false,
+    };
+    Ok(RegistryStatus {
+        name: config.registry.name.clone(),
+        running,
+        host,
+        reachable,
+    })
+}
+
+/// The node (or the existing cluster's context), whether its API answers,
+/// and a client for it when there is one.
+async fn node_status(
+    docker: &bollard::Docker,
+    config: &Config,
+) -> Result<(NodeStatus, Option<Client>), Error> {
+    let (name, running, api_port) = match config.cluster.provider {
+        Provider::Existing => (
+            config.cluster.context.clone().unwrap_or_default(),
+            true,
+            None,
+        ),
+        Provider::K3s | Provider::Sim => {
+            let container = docker::inspect_container(docker, &config.node_name()).await?;
+            let api_port = container
+                .as_ref()
+                .and_then(|c| docker::published_port(c, NODE_API_PORT));
+            let running = container.as_ref().is_some_and(docker::is_running);
+            (config.node_name(), running, api_port)
+        }
+    };
+    let client = if running {
+        deliver::cluster_client(config).await.ok()
+    } else {
+        None
+    };
+    let api_ready = match &client {
+        Some(c) => ready(c).await,
+        None => false,
+    };
+    let node = NodeStatus {
+        name,
+        running,
+        api_port,
+        api_ready,
+    };
+    Ok((node, client))
+}
+
+/// One component: whether the registry still has its pushed digest, and
+/// what its workload runs, judged by the rollout wait's rule.
+async fn component_status(
+    config: &Config,
+    state: &State,
+    name: &str,
+    registry: &RegistryStatus,
+    client: Option<&Client>,
+) -> ComponentStatus {
+    let r = &config.components[name].rollout;
+    let pushed = state.images.get(name);
+    let mut status = ComponentStatus {
+        name: name.to_string(),
+        kind: r.kind.to_string(),
+        object: format!("{}/{}", r.namespace, r.name),
+        pushed_digest: pushed.map(|p| p.digest.clone()),
+        in_registry: None,
+        running_digests: Vec::new(),
+        converged: false,
+        message: String::new(),
+    };
+    if let (Some(image), Some(host)) = (pushed, &registry.host)
+        && registry.reachable
+    {
+        let client = crate::image::distribution::Client::new(host);
+        status.in_registry = client
+            .manifest_exists(&image.repository, &image.digest)
+            .await
+            .ok();
+    }
+    match client {
+        Some(client) => {
+            let want = Want {
+                namespace: r.namespace.clone(),
+                deployment: r.name.clone(),
+                container: r.container.clone(),
+                digest: status.pushed_digest.clone(),
+            };
+            if let Err(e) = inspect_component(client, r.kind, want, &mut status).await {
+                status.message = e.to_string();
+            }
+        }
+        None => status.message = String::from("the cluster is not reachable"),
+    }
+    if status.in_registry == Some(false) {
+        status.converged = false;
+        status.message = format!(
+            "the registry no longer has {}; run `cargo xtask dev up` (it pushes it again) or `cargo xtask push-image {name}`",
+            status.pushed_digest.as_deref().unwrap_or_default()
+        );
+    }
+    status
 }
 
 /// Whether the node container exists, running or not.

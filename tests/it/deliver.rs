@@ -263,16 +263,12 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
     let error = runtime()
         .block_on(async {
             let client = deliver::cluster_client(&config).await.unwrap();
-            let rolled = rollout::roll(
-                &client,
-                &config,
-                "app",
-                Some(&missing),
-                None,
-                false,
-                TIMEOUT,
-            )
-            .await?;
+            let change = rollout::Change {
+                image: Some(&missing),
+                ..rollout::Change::default()
+            };
+            let rolled =
+                rollout::roll(&client, config.component("app").unwrap(), change, TIMEOUT).await?;
             rollout::wait(&client, &rolled, &WaitOptions::new(TIMEOUT)).await
         })
         .expect_err("a missing image cannot roll out")
@@ -301,7 +297,9 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
     let error = runtime()
         .block_on(async {
             let client = deliver::cluster_client(&config).await.unwrap();
-            let rolled = rollout::roll(&client, &config, "app", None, None, false, TIMEOUT).await?;
+            let component = config.component("app").unwrap();
+            let rolled =
+                rollout::roll(&client, component, rollout::Change::default(), TIMEOUT).await?;
             rollout::wait(&client, &rolled, &WaitOptions::new(TIMEOUT)).await
         })
         .expect_err("an impossible deadline cannot be met")

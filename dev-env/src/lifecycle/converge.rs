@@ -44,18 +44,25 @@ pub async fn wait(
     options: &WaitOptions,
 ) -> Result<(), Error> {
     let timeout = options.timeout;
-    let components = config.components.keys().map(|name| async move {
-        let digest = state.images.get(name).map(|p| p.digest.as_str());
-        let result = async {
-            let rolled = rollout::roll(client, config, name, None, digest, false, timeout).await?;
-            rollout::wait(client, &rolled, options).await
-        }
-        .await;
-        result.err().map(|source| Failure::Component {
-            component: name.clone(),
-            source,
-        })
-    });
+    let components = config
+        .components
+        .iter()
+        .map(|(name, component)| async move {
+            let digest = state.images.get(name).map(|p| p.digest.as_str());
+            let result = async {
+                let change = rollout::Change {
+                    digest,
+                    ..rollout::Change::default()
+                };
+                let rolled = rollout::roll(client, component, change, timeout).await?;
+                rollout::wait(client, &rolled, options).await
+            }
+            .await;
+            result.err().map(|source| Failure::Component {
+                component: name.clone(),
+                source,
+            })
+        });
     let others = other_deployments(config, manifests).map(|want| async move {
         workload::deployment(client, &want, options)
             .await

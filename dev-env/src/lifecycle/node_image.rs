@@ -26,61 +26,9 @@ pub(super) async fn ensure_node_image(
 ) -> Result<NodeImage, Error> {
     let image = &config.cluster.image;
     let present = docker::inspect_image(docker, image).await?;
-    let err = |reason: String| Error::NodeImage {
-        image: image.clone(),
-        reason,
-    };
     if config.cluster.provider == Provider::Sim {
-        // The image is rebuilt whenever the simulator's sources change, so a
-        // node never runs a stale simulator.
-        let workspace = sim_workspace(&config.root).ok_or_else(|| {
-            err(format!(
-                "no `kube-sim/` package in {} or above it; the sim provider builds the node image from it",
-                config.root.display()
-            ))
-        })?;
-        // Reading every source file blocks: off the runtime.
-        let root = workspace.clone();
-        let hashed = tokio::task::spawn_blocking(move || sim_source_hash(&root))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))
-            .and_then(|hashed| hashed);
-        let source = hashed.map_err(|source| Error::NodeImageBuild {
-            image: image.clone(),
-            source: Box::new(BuildError::Hash {
-                root: workspace.clone(),
-                source,
-            }),
-        })?;
-        let built_from = present
-            .as_ref()
-            .and_then(|i| i.config.as_ref())
-            .and_then(|c| c.labels.as_ref())
-            .and_then(|l| l.get(SIM_SOURCE_LABEL).cloned());
-        if built_from.as_deref() == Some(source.as_str()) {
-            return Ok(NodeImage::Present);
-        }
-        reporter.report(&Event::NodeImage {
-            image: image.clone(),
-            step: Step::Building,
-        });
-        build_sim_image(
-            docker,
-            &workspace,
-            image,
-            &source,
-            verbose.then_some(reporter),
-        )
-        .await
-        .map_err(|source| Error::NodeImageBuild {
-            image: image.clone(),
-            source: Box::new(source),
-        })?;
-        reporter.report(&Event::NodeImage {
-            image: image.clone(),
-            step: Step::Built,
-        });
-        return Ok(NodeImage::Built);
+        let output = verbose.then_some(reporter);
+        return ensure_sim_image(docker, config, present.as_ref(), output, reporter).await;
     }
     if present.is_some() {
         return Ok(NodeImage::Present);
@@ -102,6 +50,58 @@ pub(super) async fn ensure_node_image(
         }
     }
     Ok(NodeImage::Pulled)
+}
+
+/// The kube-sim node image, rebuilt whenever the simulator's sources
+/// change, so a node never runs a stale simulator.
+async fn ensure_sim_image(
+    docker: &Docker,
+    config: &Config,
+    present: Option<&bollard::models::ImageInspect>,
+    output: Option<&dyn Reporter>,
+    reporter: &dyn Reporter,
+) -> Result<NodeImage, Error> {
+    let image = &config.cluster.image;
+    let workspace = sim_workspace(&config.root).ok_or_else(|| Error::NodeImage {
+        image: image.clone(),
+        reason: format!(
+            "no `kube-sim/` package in {} or above it; the sim provider builds the node image from it",
+            config.root.display()
+        ),
+    })?;
+    let failed = |source: BuildError| Error::NodeImageBuild {
+        image: image.clone(),
+        source: Box::new(source),
+    };
+    // Reading every source file blocks: off the runtime.
+    let root = workspace.clone();
+    let source = tokio::task::spawn_blocking(move || sim_source_hash(&root))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))
+        .and_then(|hashed| hashed)
+        .map_err(|source| {
+            failed(BuildError::Hash {
+                root: workspace.clone(),
+                source,
+            })
+        })?;
+    let built_from = present
+        .and_then(|i| i.config.as_ref())
+        .and_then(|c| c.labels.as_ref())
+        .and_then(|l| l.get(SIM_SOURCE_LABEL).cloned());
+    if built_from.as_deref() == Some(source.as_str()) {
+        return Ok(NodeImage::Present);
+    }
+    let step = |step| Event::NodeImage {
+        image: image.clone(),
+        step,
+    };
+    reporter.report(&step(Step::Building));
+    build_sim_image(docker, &workspace, image, &source, output)
+        .await
+        .map_err(failed)?;
+    reporter.report(&step(Step::Built));
+    Ok(NodeImage::Built)
 }
 
 /// The nearest directory at or above `root` that holds the `kube-sim`
