@@ -107,11 +107,19 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error(
-        "registry image `{image}` is not present and cannot be pulled ({cause}), and {DISTRIBUTION_BINARY} is not installed to build one locally; run `apt-get install -y docker-registry`, or `docker pull {image}` where a registry is reachable, or set `registry.image` to an image you have"
+        "registry image `{image}` is not present and cannot be pulled, and {DISTRIBUTION_BINARY} is not installed to build one locally; run `apt-get install -y docker-registry`, or `docker pull {image}` where a registry is reachable, or set `registry.image` to an image you have"
     )]
-    NoImage { image: String, cause: String },
-    #[error("cannot build the local registry image from {}: {cause}", binary.display())]
-    LocalImage { binary: PathBuf, cause: String },
+    NoImage {
+        image: String,
+        #[source]
+        source: PullError,
+    },
+    #[error("cannot build the local registry image from {}", binary.display())]
+    LocalImage {
+        binary: PathBuf,
+        #[source]
+        source: Box<LocalImageError>,
+    },
     #[error(
         "the registry at {host} did not answer `GET /v2/` with 200 within {}s; last error: {last}; {hint}",
         timeout.as_secs()
@@ -127,6 +135,30 @@ pub enum Error {
         "no registry port is known yet for environment `{name}`; run `cargo xtask dev up` first, or set `registry.hostPort` or `registry.external`"
     )]
     NoPort { name: String },
+}
+
+/// Why an image could not be pulled.
+#[derive(Debug, thiserror::Error)]
+pub enum PullError {
+    #[error(transparent)]
+    Engine(#[from] bollard::errors::Error),
+    #[error("no answer within {}s", .0.as_secs())]
+    Timeout(Duration),
+}
+
+/// Why the registry image could not be built from the distribution binary.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalImageError {
+    #[error("cannot stage {} for the image", path.display())]
+    Stage {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot list the libraries it links (`ldd`)")]
+    Libraries(#[source] xshell::Error),
+    #[error(transparent)]
+    Build(#[from] image::docker::Error),
 }
 
 /// How the host reaches the registry.
@@ -354,7 +386,7 @@ pub async fn resolve_image(
     if engine::inspect_image(docker, local).await?.is_some() {
         reporter.report(&Event::RegistryImageFallback {
             wanted: wanted.to_string(),
-            cause,
+            cause: cause.to_string(),
             local: local.to_string(),
             building: false,
         });
@@ -364,12 +396,12 @@ pub async fn resolve_image(
     if !binary.exists() {
         return Err(Error::NoImage {
             image: wanted.to_string(),
-            cause,
+            source: cause,
         });
     }
     reporter.report(&Event::RegistryImageFallback {
         wanted: wanted.to_string(),
-        cause,
+        cause: cause.to_string(),
         local: local.to_string(),
         building: true,
     });
@@ -378,20 +410,20 @@ pub async fn resolve_image(
 }
 
 /// Pulls `image` under [`PULL_TIMEOUT`]; the error is the engine's words.
-async fn pull(docker: &Docker, image: &str) -> Result<(), String> {
+async fn pull(docker: &Docker, image: &str) -> Result<(), PullError> {
     let options = CreateImageOptionsBuilder::default()
         .from_image(image)
         .build();
     let pulling = async {
         let mut stream = docker.create_image(Some(options), None, None);
         while let Some(item) = stream.next().await {
-            item.map_err(|e| e.to_string())?;
+            item?;
         }
         Ok(())
     };
     tokio::time::timeout(PULL_TIMEOUT, pulling)
         .await
-        .unwrap_or_else(|_| Err(format!("no answer within {}s", PULL_TIMEOUT.as_secs())))
+        .unwrap_or(Err(PullError::Timeout(PULL_TIMEOUT)))
 }
 
 /// Builds image `tag` `FROM scratch` holding the distribution `binary`,
@@ -399,36 +431,54 @@ async fn pull(docker: &Docker, image: &str) -> Result<(), String> {
 /// that serves `/var/lib/registry` on port 5000. Docker provides
 /// `/etc/hosts` and `/etc/resolv.conf` at run time; nothing else is needed.
 pub async fn build_local_image(docker: &Docker, binary: &Path, tag: &str) -> Result<(), Error> {
-    let failed = |cause: String| Error::LocalImage {
-        binary: binary.to_path_buf(),
-        cause,
+    build_local_image_from(docker, binary, tag)
+        .await
+        .map_err(|source| Error::LocalImage {
+            binary: binary.to_path_buf(),
+            source: Box::new(source),
+        })
+}
+
+async fn build_local_image_from(
+    docker: &Docker,
+    binary: &Path,
+    tag: &str,
+) -> Result<(), LocalImageError> {
+    let stage = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| LocalImageError::Stage { path, source }
     };
-    let dir = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
+    let dir = tempfile::tempdir().map_err(stage(Path::new("a temporary directory")))?;
     let rootfs = dir.path().join("rootfs");
     let mut files: Vec<PathBuf> = vec![binary.to_path_buf()];
-    files.extend(linked_libraries(binary).map_err(|e| failed(e.to_string()))?);
+    files.extend(linked_libraries(binary).map_err(LocalImageError::Libraries)?);
     for file in &files {
         let dest = rootfs.join(file.strip_prefix("/").unwrap_or(file));
         std::fs::create_dir_all(dest.parent().expect("a file has a parent"))
-            .map_err(|e| failed(e.to_string()))?;
+            .map_err(stage(&dest))?;
         // Copies the target of a symlink, under the name the loader asks for.
-        std::fs::copy(file, &dest).map_err(|e| failed(format!("{}: {e}", file.display())))?;
+        std::fs::copy(file, &dest).map_err(stage(file))?;
     }
     let config_dir = rootfs.join("etc/docker/registry");
-    std::fs::create_dir_all(&config_dir).map_err(|e| failed(e.to_string()))?;
-    std::fs::write(config_dir.join("config.yml"), LOCAL_CONFIG)
-        .map_err(|e| failed(e.to_string()))?;
-    std::fs::create_dir_all(rootfs.join("var/lib/registry")).map_err(|e| failed(e.to_string()))?;
-    std::fs::create_dir_all(rootfs.join("tmp")).map_err(|e| failed(e.to_string()))?;
+    for dir in [
+        &config_dir,
+        &rootfs.join("var/lib/registry"),
+        &rootfs.join("tmp"),
+    ] {
+        std::fs::create_dir_all(dir).map_err(stage(dir))?;
+    }
+    let config_file = config_dir.join("config.yml");
+    std::fs::write(&config_file, LOCAL_CONFIG).map_err(stage(&config_file))?;
     let entrypoint = format!("/{}", binary.strip_prefix("/").unwrap_or(binary).display());
     let dockerfile = format!(
         "FROM scratch\nCOPY rootfs/ /\nEXPOSE 5000\nVOLUME {DATA_DIR}\nENTRYPOINT [\"{entrypoint}\"]\nCMD [\"serve\", \"/etc/docker/registry/config.yml\"]\n"
     );
-    std::fs::write(dir.path().join("Dockerfile"), dockerfile).map_err(|e| failed(e.to_string()))?;
+    let dockerfile_path = dir.path().join("Dockerfile");
+    std::fs::write(&dockerfile_path, dockerfile).map_err(stage(&dockerfile_path))?;
     let (repository, tag) = tag.rsplit_once(':').unwrap_or((tag, "latest"));
     let build = image::docker::DockerBuild {
         context: dir.path(),
-        dockerfile: &dir.path().join("Dockerfile"),
+        dockerfile: &dockerfile_path,
         target: None,
         build_args: &Default::default(),
         repository,
@@ -436,9 +486,7 @@ pub async fn build_local_image(docker: &Docker, binary: &Path, tag: &str) -> Res
         staged: &[],
         output: None,
     };
-    image::docker::build(docker, &build)
-        .await
-        .map_err(|e| failed(e.to_string()))?;
+    image::docker::build(docker, &build).await?;
     Ok(())
 }
 
