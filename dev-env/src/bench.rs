@@ -76,15 +76,30 @@ pub fn markdown(figures: &[Figure]) -> String {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{what}: {reason}")]
-    Step { what: String, reason: String },
+    #[error("{what}")]
+    Step {
+        what: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }
 
-fn step(what: &str) -> impl Fn(String) -> Error + '_ {
-    move |reason| Error::Step {
-        what: what.to_string(),
-        reason,
+/// A step of a benchmark, to name in its errors.
+#[derive(Debug, Clone, Copy)]
+struct Step<'a>(&'a str);
+
+impl Step<'_> {
+    /// The error of this step, keeping `cause` as its source.
+    fn of(self, cause: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Error {
+        Error::Step {
+            what: self.0.to_string(),
+            source: cause.into(),
+        }
     }
+}
+
+fn step(what: &str) -> Step<'_> {
+    Step(what)
 }
 
 /// A child process killed when dropped.
@@ -101,11 +116,11 @@ impl Drop for Process {
 async fn start_registry(dir: &Path) -> Result<(Process, String), Error> {
     let fail = step("starting the distribution registry");
     if !Path::new(DISTRIBUTION_BINARY).exists() {
-        return Err(fail(format!(
+        return Err(fail.of(format!(
             "{DISTRIBUTION_BINARY} is missing; `apt-get install -y docker-registry`"
         )));
     }
-    let port = crate::docker::free_loopback_port().map_err(|e| fail(e.to_string()))?;
+    let port = crate::docker::free_loopback_port().map_err(|e| fail.of(e))?;
     let config = dir.join("registry.yml");
     let text = format!(
         "version: 0.1\nlog: {{level: warn}}\nstorage: {{filesystem: {{rootdirectory: {}}}}}\nhttp: {{addr: 127.0.0.1:{port}}}\n",
@@ -113,8 +128,8 @@ async fn start_registry(dir: &Path) -> Result<(Process, String), Error> {
     );
     tokio::fs::write(&config, text)
         .await
-        .map_err(|e| fail(e.to_string()))?;
-    let sh = Shell::new().map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| fail.of(e))?;
+    let sh = Shell::new().map_err(|e| fail.of(e))?;
     let mut command: std::process::Command =
         cmd!(sh, "{DISTRIBUTION_BINARY} serve {config}").into();
     let child = command
@@ -122,14 +137,14 @@ async fn start_registry(dir: &Path) -> Result<(Process, String), Error> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn();
-    let process = Process(child.map_err(|e| fail(e.to_string()))?);
+    let process = Process(child.map_err(|e| fail.of(e))?);
     let deadline = Instant::now() + Duration::from_secs(15);
     while tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .is_err()
     {
         if Instant::now() > deadline {
-            return Err(fail(format!("port {port} did not open within 15s")));
+            return Err(fail.of(format!("port {port} did not open within 15s")));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

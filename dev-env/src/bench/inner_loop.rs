@@ -54,7 +54,7 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
     }
     let client = deliver::cluster_client(&bench.config)
         .await
-        .map_err(|e| step("a cluster client")(e.to_string()))?;
+        .map_err(|e| step("a cluster client").of(e))?;
     for run in 0..runs {
         bench.one_line_change(&client, run, &mut samples).await?;
         samples.baseline.push(bench.by_hand(run).await?);
@@ -130,7 +130,7 @@ impl Bench {
     async fn prepare(root: &Path) -> Result<Bench, Error> {
         let project = LoopProject::create(&root.join("target/bench/loop")).await?;
         let config = Config::load(&project.dir.join("dev-env.yaml"))
-            .map_err(|e| step("the bench project's dev-env.yaml")(e.to_string()))?;
+            .map_err(|e| step("the bench project's dev-env.yaml").of(e))?;
         let bench = Bench { project, config };
         bench.up("preparing the bench environment").await?;
         Ok(bench)
@@ -145,14 +145,14 @@ impl Bench {
         lifecycle::up(&self.config, options, &Silent)
             .await
             .map(drop)
-            .map_err(|e| step(what)(e.to_string()))
+            .map_err(|e| step(what).of(e))
     }
 
     async fn reset(&self) -> Result<(), Error> {
         lifecycle::down(&self.config, DownOptions::RESET_PURGE, &Silent)
             .await
             .map(drop)
-            .map_err(|e| step("dev reset")(e.to_string()))
+            .map_err(|e| step("dev reset").of(e))
     }
 
     /// `dev reset`, then a timed cold `dev up` and a timed warm one.
@@ -177,10 +177,10 @@ impl Bench {
         let components = [String::from("app")];
         let outcome = deliver::push(&self.config, &components, flags, &Silent)
             .await
-            .map_err(|e| step("push-image")(e.to_string()))?
+            .map_err(|e| step("push-image").of(e))?
             .remove(0);
         match &outcome.error {
-            Some(e) => Err(step("push-image")(e.clone())),
+            Some(e) => Err(step("push-image").of(e.clone())),
             None => Ok(outcome),
         }
     }
@@ -198,7 +198,7 @@ impl Bench {
         let started = Instant::now();
         let build = self.project.cargo_build();
         tokio::task::block_in_place(|| cargo::build_binary(&build))
-            .map_err(|e| step("cargo build")(e.to_string()))?;
+            .map_err(|e| step("cargo build").of(e))?;
         samples.build.push(started.elapsed().as_secs_f64());
         let observer = observe_rollout(client.clone(), "bench", "app=app");
         let pushed = Instant::now();
@@ -224,9 +224,8 @@ impl Bench {
         let fail = step("the by-hand baseline");
         self.project.source(&format!("hand-{run}")).await?;
         let config = &self.config;
-        let state =
-            crate::state::State::load(&config.state_dir()).map_err(|e| fail(e.to_string()))?;
-        let host = crate::registry::host(config, &state).map_err(|e| fail(e.to_string()))?;
+        let state = crate::state::State::load(&config.state_dir()).map_err(|e| fail.of(e))?;
+        let host = crate::registry::host(config, &state).map_err(|e| fail.of(e))?;
         let hand = Hand {
             image: format!("{host}/bench/app:hand-{run}"),
             in_cluster: format!("{}/bench/app:hand-{run}", config.registry.cluster_host),
@@ -253,23 +252,22 @@ impl Hand {
     /// Builds, pushes, sets and waits. Blocking.
     fn run(&self, project: &LoopProject) -> Result<(), Error> {
         let fail = step("the by-hand baseline");
-        let binary =
-            cargo::build_binary(&project.cargo_build()).map_err(|e| fail(e.to_string()))?;
+        let binary = cargo::build_binary(&project.cargo_build()).map_err(|e| fail.of(e))?;
         let context = project.dir.join("hand");
-        std::fs::create_dir_all(&context).map_err(|e| fail(e.to_string()))?;
-        std::fs::copy(&binary, context.join("app")).map_err(|e| fail(e.to_string()))?;
+        std::fs::create_dir_all(&context).map_err(|e| fail.of(e))?;
+        std::fs::copy(&binary, context.join("app")).map_err(|e| fail.of(e))?;
         std::fs::write(
             context.join("Dockerfile"),
             "FROM scratch\nCOPY app /app\nENTRYPOINT [\"/app\"]\n",
         )
-        .map_err(|e| fail(e.to_string()))?;
-        let sh = Shell::new().map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| fail.of(e))?;
+        let sh = Shell::new().map_err(|e| fail.of(e))?;
         let run = |cmd: xshell::Cmd<'_>| {
             cmd.quiet()
                 .ignore_stdout()
                 .ignore_stderr()
                 .run()
-                .map_err(|e| fail(e.to_string()))
+                .map_err(|e| fail.of(e))
         };
         let (image, in_cluster, kubeconfig) = (&self.image, &self.in_cluster, &self.kubeconfig);
         run(cmd!(sh, "docker build -q -t {image} {context}"))?;
@@ -383,10 +381,8 @@ impl LoopProject {
         let path = self.dir.join(path);
         tokio::fs::create_dir_all(path.parent().expect("a parent"))
             .await
-            .map_err(|e| fail(e.to_string()))?;
-        tokio::fs::write(path, text)
-            .await
-            .map_err(|e| fail(e.to_string()))
+            .map_err(|e| fail.of(e))?;
+        tokio::fs::write(path, text).await.map_err(|e| fail.of(e))
     }
 
     /// The service's source, answering every request with `version`.

@@ -42,11 +42,11 @@ pub async fn sim_scale(
 ) -> Result<Vec<Figure>, Error> {
     // The simulator measured is the one the sim node runs: the binary in
     // the node image (built by the loop figures' `dev up` when missing).
-    let dir = tempfile::tempdir().map_err(|e| step("a temporary directory")(e.to_string()))?;
+    let dir = tempfile::tempdir().map_err(|e| step("a temporary directory").of(e))?;
     let binary = dir.path().join("kube-sim");
     extract_binary(crate::config::DEFAULT_SIM_IMAGE, "/bin/kube-sim", &binary)
         .await
-        .map_err(step("taking kube-sim out of the node image"))?;
+        .map_err(|e| step("taking kube-sim out of the node image").of(e))?;
     let mut samples = Vec::new();
     for _ in 0..runs {
         samples.push(scale_run(&binary, deployments, replicas).await?);
@@ -76,13 +76,16 @@ pub async fn sim_scale(
     ])
 }
 
+/// Why a helper step of the scale figure failed.
+type Cause = Box<dyn std::error::Error + Send + Sync>;
+
 /// Copies the file at `path` out of `image` to `dest`, executable.
-async fn extract_binary(image: &str, path: &str, dest: &Path) -> Result<(), String> {
+async fn extract_binary(image: &str, path: &str, dest: &Path) -> Result<(), Cause> {
     use std::{io::Read, os::unix::fs::PermissionsExt};
 
     use futures::TryStreamExt;
 
-    let docker = crate::docker::connect().await.map_err(|e| e.to_string())?;
+    let docker = crate::docker::connect().await?;
     let body = bollard::models::ContainerCreateBody {
         image: Some(image.to_string()),
         ..Default::default()
@@ -100,28 +103,20 @@ async fn extract_binary(image: &str, path: &str, dest: &Path) -> Result<(), Stri
         .try_concat()
         .await;
     let _ = crate::docker::remove_container(&docker, &created.id).await;
-    let archive = archive.map_err(|e| e.to_string())?;
+    let archive = archive?;
     let mut entries = tar::Archive::new(archive.as_slice());
-    let mut entry = entries
-        .entries()
-        .map_err(|e| e.to_string())?
-        .next()
-        .ok_or("an empty archive")?
-        .map_err(|e| e.to_string())?;
+    let mut entry = entries.entries()?.next().ok_or("an empty archive")??;
     let mut bytes = Vec::new();
-    entry.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
-    tokio::fs::write(dest, bytes)
-        .await
-        .map_err(|e| e.to_string())?;
-    tokio::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755))
-        .await
-        .map_err(|e| e.to_string())
+    entry.read_to_end(&mut bytes)?;
+    tokio::fs::write(dest, bytes).await?;
+    tokio::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755)).await?;
+    Ok(())
 }
 
 /// One run: a registry and a simulator of their own, the Deployments
 /// created and waited for, then restarted and waited for again.
 async fn scale_run(binary: &Path, deployments: usize, replicas: i32) -> Result<ScaleRun, Error> {
-    let dir = tempfile::tempdir().map_err(|e| step("a temporary directory")(e.to_string()))?;
+    let dir = tempfile::tempdir().map_err(|e| step("a temporary directory").of(e))?;
     let (_registry, host) = start_registry(dir.path()).await?;
     let reference = push_pause_image(&host).await?;
     let (sim, client) = start_sim(binary, dir.path(), &host).await?;
@@ -140,7 +135,7 @@ async fn scale_run(binary: &Path, deployments: usize, replicas: i32) -> Result<S
 
     let (peak_rss_mb, cpu_seconds) = usage(sim.0.id())
         .await
-        .map_err(step("reading the simulator's usage"))?;
+        .map_err(|e| step("reading the simulator's usage").of(e))?;
     drop(sim);
     Ok(ScaleRun {
         ready,
@@ -160,7 +155,7 @@ async fn push_pause_image(host: &str) -> Result<String, Error> {
         client
             .upload_blob("bench/pause", &blob.digest, blob.bytes.clone())
             .await
-            .map_err(|e| push(e.to_string()))?;
+            .map_err(|e| push.of(e))?;
     }
     client
         .put_manifest(
@@ -170,7 +165,7 @@ async fn push_pause_image(host: &str) -> Result<String, Error> {
             image.manifest.bytes.clone(),
         )
         .await
-        .map_err(|e| push(e.to_string()))?;
+        .map_err(|e| push.of(e))?;
     Ok(format!(
         "bench-registry:5000/bench/pause@{}",
         image.manifest.digest
@@ -185,10 +180,10 @@ async fn start_sim(binary: &Path, dir: &Path, host: &str) -> Result<(Process, Cl
         format!("mirrors:\n  \"bench-registry:5000\":\n    endpoint:\n      - \"http://{host}\"\n");
     tokio::fs::write(&registries, text)
         .await
-        .map_err(|e| step("writing registries.yaml")(e.to_string()))?;
+        .map_err(|e| step("writing registries.yaml").of(e))?;
     let kubeconfig = dir.join("kubeconfig");
     let start = step("starting kube-sim");
-    let sh = Shell::new().map_err(|e| start(e.to_string()))?;
+    let sh = Shell::new().map_err(|e| start.of(e))?;
     let mut command: std::process::Command =
         cmd!(sh, "{binary} serve --listen 127.0.0.1:0 --kubeconfig-out {kubeconfig} --registries {registries}").into();
     let child = command
@@ -196,17 +191,17 @@ async fn start_sim(binary: &Path, dir: &Path, host: &str) -> Result<(Process, Cl
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn();
-    let sim = Process(child.map_err(|e| start(e.to_string()))?);
+    let sim = Process(child.map_err(|e| start.of(e))?);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !tokio::fs::try_exists(&kubeconfig).await.unwrap_or(false) {
         if Instant::now() > deadline {
-            return Err(start(String::from("no kubeconfig within 30s")));
+            return Err(start.of(String::from("no kubeconfig within 30s")));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let client = crate::kubeconfig::client(&kubeconfig, None)
         .await
-        .map_err(|e| start(e.to_string()))?;
+        .map_err(|e| start.of(e))?;
     Ok((sim, client))
 }
 
@@ -232,7 +227,7 @@ async fn create_deployments(
         });
         api.patch(name, &params, &Patch::Apply(&deploy))
             .await
-            .map_err(|e| step("creating Deployments")(e.to_string()))?;
+            .map_err(|e| step("creating Deployments").of(e))?;
     }
     Ok(())
 }
@@ -243,7 +238,7 @@ async fn restart_deployments(api: &Api<Deployment>, names: &[String]) -> Result<
     for name in names {
         api.patch(name, &PatchParams::default(), &Patch::Strategic(&restart))
             .await
-            .map_err(|e| step("restarting Deployments")(e.to_string()))?;
+            .map_err(|e| step("restarting Deployments").of(e))?;
     }
     Ok(())
 }
@@ -266,23 +261,19 @@ async fn wait_all(client: &Client, names: &[String]) -> Result<(), Error> {
     futures::future::try_join_all(waits)
         .await
         .map(|_| ())
-        .map_err(|e| step("waiting for Deployments")(e.to_string()))
+        .map_err(|e| step("waiting for Deployments").of(e))
 }
 
 /// Peak resident memory (MB) and user+system CPU seconds of process `pid`,
 /// from `/proc`.
-async fn usage(pid: u32) -> Result<(f64, f64), String> {
-    let status = tokio::fs::read_to_string(format!("/proc/{pid}/status"))
-        .await
-        .map_err(|e| e.to_string())?;
+async fn usage(pid: u32) -> Result<(f64, f64), Cause> {
+    let status = tokio::fs::read_to_string(format!("/proc/{pid}/status")).await?;
     let kb: f64 = status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .ok_or("no VmHWM in /proc status")?;
-    let stat = tokio::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .await
-        .map_err(|e| e.to_string())?;
+    let stat = tokio::fs::read_to_string(format!("/proc/{pid}/stat")).await?;
     // Fields after the command name (which may hold spaces) start at 3.
     let rest = stat
         .rsplit_once(')')

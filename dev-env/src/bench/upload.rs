@@ -13,10 +13,10 @@ use crate::image::{distribution, oci};
 /// distribution API documents it), to the same registry. Each run uploads
 /// new bytes, so nothing is skipped.
 pub async fn blob_upload(runs: usize, megabytes: usize) -> Result<Vec<Figure>, Error> {
-    let dir = tempfile::tempdir().map_err(|e| step("a temporary directory")(e.to_string()))?;
+    let dir = tempfile::tempdir().map_err(|e| step("a temporary directory").of(e))?;
     let (_registry, host) = start_registry(dir.path()).await?;
     let client = distribution::Client::new(&host);
-    let sh = Shell::new().map_err(|e| step("a shell")(e.to_string()))?;
+    let sh = Shell::new().map_err(|e| step("a shell").of(e))?;
     let (mut ours, mut curl) = (Vec::new(), Vec::new());
     for run in 0..runs as u64 {
         let bytes = pseudo_random(megabytes << 20, run * 2);
@@ -25,7 +25,7 @@ pub async fn blob_upload(runs: usize, megabytes: usize) -> Result<Vec<Figure>, E
         client
             .upload_blob("bench/ours", &digest, bytes.into())
             .await
-            .map_err(|e| step(UPLOADING)(e.to_string()))?;
+            .map_err(|e| step(UPLOADING).of(e))?;
         ours.push(started.elapsed().as_secs_f64());
 
         let bytes = pseudo_random(megabytes << 20, run * 2 + 1);
@@ -33,7 +33,7 @@ pub async fn blob_upload(runs: usize, megabytes: usize) -> Result<Vec<Figure>, E
         let file = dir.path().join("blob");
         tokio::fs::write(&file, &bytes)
             .await
-            .map_err(|e| step(UPLOADING)(e.to_string()))?;
+            .map_err(|e| step(UPLOADING).of(e))?;
         let started = Instant::now();
         tokio::task::block_in_place(|| curl_upload(&sh, &host, &digest, &file))?;
         curl.push(started.elapsed().as_secs_f64());
@@ -60,14 +60,14 @@ fn curl_upload(sh: &Shell, host: &str, digest: &str, file: &Path) -> Result<(), 
     let headers = cmd!(sh, "curl -sf -D - -o /dev/null -X POST {url}")
         .quiet()
         .read()
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| fail.of(e))?;
     let location = headers
         .lines()
         .find_map(|l| {
             l.strip_prefix("Location: ")
                 .or_else(|| l.strip_prefix("location: "))
         })
-        .ok_or_else(|| fail(String::from("no Location header")))?
+        .ok_or_else(|| fail.of(String::from("no Location header")))?
         .trim()
         .to_string();
     let location = if location.starts_with("http") {
@@ -81,7 +81,7 @@ fn curl_upload(sh: &Shell, host: &str, digest: &str, file: &Path) -> Result<(), 
     cmd!(sh, "curl -sf -o /dev/null -X PUT -H Content-Type:application/octet-stream --data-binary {data} {put}")
         .quiet()
         .run()
-        .map_err(|e| fail(e.to_string()))
+        .map_err(|e| fail.of(e))
 }
 
 /// `len` bytes from a xorshift generator: incompressible and different for
