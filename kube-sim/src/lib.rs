@@ -13,6 +13,7 @@ pub mod discovery;
 pub mod fieldmanager;
 pub mod kubeconfig;
 pub mod kubelet;
+mod lock;
 pub mod machinery;
 pub mod meta;
 pub mod patch;

@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use crate::fieldmanager;
+use crate::lock::{MutexExt as _, RwLockExt as _};
 use crate::meta::{self, metadata_mut};
 use crate::patch;
 use crate::resource::{self, GenerationRule, GroupResource, ResourceInfo};
@@ -520,9 +521,7 @@ impl Store {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A panic while holding the lock leaves consistent data (every mutation is a single insert), so a
-        // poisoned lock is still usable.
-        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.state.lock_unpoisoned()
     }
 
     /// The latest `resourceVersion` handed out.
@@ -550,18 +549,13 @@ impl Store {
 
     /// Installs the source of pod logs.
     pub fn set_pod_logs(&self, logs: Arc<dyn PodLogs>) {
-        *self.shared.logs.write().unwrap_or_else(|p| p.into_inner()) = Some(logs);
+        *self.shared.logs.write_unpoisoned() = Some(logs);
     }
 
     /// The logs of a pod's container, or an empty string when no source is installed.
     pub fn pod_logs(&self, namespace: &str, name: &str, container: Option<&str>) -> Result<String> {
         let pod = self.get(&GroupResource::pods(), Some(namespace), name)?;
-        let source = self
-            .shared
-            .logs
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let source = self.shared.logs.read_unpoisoned().clone();
         match source {
             Some(s) => s.logs(&pod, container),
             None => Ok(String::new()),
@@ -577,12 +571,7 @@ impl Store {
         options: &LogOptions,
     ) -> Result<Option<LogStream>> {
         let pod = self.get(&GroupResource::pods(), Some(namespace), name)?;
-        let source = self
-            .shared
-            .logs
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let source = self.shared.logs.read_unpoisoned().clone();
         source
             .and_then(|s| s.stream(&pod, container, options))
             .transpose()
@@ -592,28 +581,18 @@ impl Store {
     pub fn register_token(&self, token: &str, user: &str) {
         self.shared
             .tokens
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
+            .write_unpoisoned()
             .insert(token.to_string(), user.to_string());
     }
 
     /// Removes a token added with [`Store::register_token`].
     pub fn forget_token(&self, token: &str) {
-        self.shared
-            .tokens
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(token);
+        self.shared.tokens.write_unpoisoned().remove(token);
     }
 
     /// The user a registered token authenticates as.
     pub fn token_user(&self, token: &str) -> Option<String> {
-        self.shared
-            .tokens
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(token)
-            .cloned()
+        self.shared.tokens.read_unpoisoned().get(token).cloned()
     }
 
     /// The description of a served resource.

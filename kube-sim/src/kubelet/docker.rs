@@ -50,6 +50,7 @@ use tokio::task::JoinHandle;
 use super::reference::Reference;
 use super::registry::Registries;
 use super::runtime::{ContainerRuntime, Exit, PullError, PulledImage};
+use crate::lock::MutexExt as _;
 use crate::meta;
 use crate::resource::GroupResource;
 use crate::store::{PodLogs, Store};
@@ -282,12 +283,7 @@ impl DockerRuntime {
     }
 
     fn forget(&self, id: &str) {
-        let started = self
-            .inner
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        let started = self.inner.containers.lock_unpoisoned().remove(id);
         if let Some(s) = started {
             for p in s.probes {
                 p.abort();
@@ -442,8 +438,7 @@ impl ContainerRuntime for DockerRuntime {
         };
         self.inner
             .images
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .insert(shown, (pulled.clone(), run_ref));
         Ok(pulled)
     }
@@ -451,8 +446,7 @@ impl ContainerRuntime for DockerRuntime {
     fn cached(&self, image: &Reference) -> Option<PulledImage> {
         self.inner
             .images
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(&image.familiar_with_tag())
             .map(|(p, _)| p.clone())
     }
@@ -466,8 +460,7 @@ impl ContainerRuntime for DockerRuntime {
         let run_ref = self
             .inner
             .images
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(&image.image)
             .map(|(_, r)| r.clone())
             .unwrap_or_else(|| image.image.clone());
@@ -587,19 +580,15 @@ impl ContainerRuntime for DockerRuntime {
             &format!("system:serviceaccount:{ns}:{service_account}"),
         );
         let ready = Arc::new(AtomicBool::new(false));
-        self.inner
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                id.clone(),
-                Started {
-                    token,
-                    ip: None,
-                    ready: ready.clone(),
-                    probes: Vec::new(),
-                },
-            );
+        self.inner.containers.lock_unpoisoned().insert(
+            id.clone(),
+            Started {
+                token,
+                ip: None,
+                ready: ready.clone(),
+                probes: Vec::new(),
+            },
+        );
         let upload = UploadToContainerOptionsBuilder::default()
             .path(&format!("/{SERVICE_ACCOUNT_DIR}"))
             .build();
@@ -649,27 +638,17 @@ impl ContainerRuntime for DockerRuntime {
         if let Some(spec) = container.get("livenessProbe") {
             probes.push(tokio::spawn(probe::liveness(target, spec.clone())));
         }
-        if let Some(s) = self
-            .inner
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&id)
-        {
+        if let Some(s) = self.inner.containers.lock_unpoisoned().get_mut(&id) {
             s.ip = ip;
             s.probes = probes;
         }
-        self.inner
-            .latest
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                (
-                    meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string(),
-                    container_name_in_pod,
-                ),
-                id.clone(),
-            );
+        self.inner.latest.lock_unpoisoned().insert(
+            (
+                meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string(),
+                container_name_in_pod,
+            ),
+            id.clone(),
+        );
         tracing::info!(container = %name, id = %&id[..12.min(id.len())], "started");
         Ok(format!("docker://{id}"))
     }
@@ -726,13 +705,7 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn stop_within(&self, container_id: &str, grace: Duration) {
         let id = container_id.trim_start_matches("docker://");
-        if let Some(s) = self
-            .inner
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(id)
-        {
+        if let Some(s) = self.inner.containers.lock_unpoisoned().get_mut(id) {
             for p in s.probes.drain(..) {
                 p.abort();
             }
@@ -754,8 +727,7 @@ impl ContainerRuntime for DockerRuntime {
         let id = container_id.trim_start_matches("docker://");
         self.inner
             .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(id)
             .map(|s| s.ready.load(Ordering::SeqCst))
             // A container this runtime no longer knows (removed) is not ready.
@@ -766,8 +738,7 @@ impl ContainerRuntime for DockerRuntime {
         let id = container_id.trim_start_matches("docker://");
         self.inner
             .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(id)
             .and_then(|s| s.ip.clone())
     }
@@ -786,8 +757,7 @@ impl DockerRuntime {
     fn latest(&self, pod_uid: &str, container: &str) -> Option<String> {
         self.inner
             .latest
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(&(pod_uid.to_string(), container.to_string()))
             .cloned()
     }
