@@ -57,6 +57,8 @@ impl Store {
         from_value(self.create(&GroupResource::of::<K>(), namespace, to_value(obj)?, opts)?)
     }
 
+    /// The object a create would store (without its `resourceVersion`), and warnings about pruned fields:
+    /// names and namespace settled, system metadata reset, defaults, pruning, validation, and field ownership.
     pub(super) fn prepare_create(
         &self,
         st: &mut State,
@@ -73,84 +75,10 @@ impl Store {
             ));
         }
         let ns = scope_ns(info, namespace);
-        {
-            let body_ns = meta::namespace_of(&obj).to_string();
-            let md = metadata_mut(&mut obj);
-            if info.namespaced {
-                if ns.is_empty() {
-                    return Err(Error::BadRequest(
-                        "a namespace is required for a namespaced resource".to_string(),
-                    ));
-                }
-                if !body_ns.is_empty() && body_ns != ns {
-                    return Err(Error::BadRequest(
-                        "the namespace of the provided object does not match the namespace sent on the request"
-                            .to_string(),
-                    ));
-                }
-                md.insert("namespace".into(), json!(ns));
-            } else {
-                md.remove("namespace");
-            }
-            let has_name = md
-                .get("name")
-                .and_then(Value::as_str)
-                .is_some_and(|n| !n.is_empty());
-            if !has_name {
-                match md.get("generateName").and_then(Value::as_str) {
-                    Some(prefix) if !prefix.is_empty() => {
-                        let name = format!("{prefix}{}", meta::random_suffix(5));
-                        md.insert("name".into(), json!(name));
-                    }
-                    _ => {
-                        return Err(Error::Invalid {
-                            qualified_kind: qualified_kind(info),
-                            group: info.group.clone(),
-                            kind: info.kind.clone(),
-                            name: String::new(),
-                            message:
-                                "metadata.name: Required value: name or generateName is required"
-                                    .to_string(),
-                        });
-                    }
-                }
-            }
-            for k in [
-                "resourceVersion",
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-                "selfLink",
-            ] {
-                md.remove(k);
-            }
-        }
+        settle_create_metadata(info, &ns, &mut obj)?;
         let name = meta::name_of(&obj).to_string();
         if info.namespaced {
-            let ns_obj = st
-                .objects
-                .get(&GroupResource::namespaces())
-                .and_then(|m| m.get(&(String::new(), ns.clone())));
-            match ns_obj {
-                None => {
-                    return Err(Error::NotFound {
-                        resource: GroupResource::namespaces(),
-                        name: ns.clone(),
-                    });
-                }
-                Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => {
-                    return Err(Error::Forbidden {
-                        resource: gr.clone(),
-                        name: name.clone(),
-                        reason: format!(
-                            "unable to create new content in namespace {ns} because it is being terminated"
-                        ),
-                    });
-                }
-                Some(_) => {}
-            }
+            check_namespace_open(st, &gr, &ns, &name)?;
         }
         if st
             .objects
@@ -162,35 +90,13 @@ impl Store {
                 name,
             });
         }
-        if let Value::Object(m) = &mut obj {
-            m.insert(
-                "apiVersion".into(),
-                json!(info.api_version(info.preferred_version())),
-            );
-            m.insert("kind".into(), json!(info.kind));
-            if info.status_subresource {
-                m.remove("status");
-            }
-        }
-        if gr == GroupResource::pods() {
-            let status = crate::defaults::initial_pod_status(&obj);
-            if let Value::Object(m) = &mut obj {
-                m.insert("status".into(), status);
-            }
-        }
+        set_type_and_initial_status(info, &mut obj);
         let warnings = self.normalize(info, &mut obj, validation)?;
         if gr == GroupResource::new("", "services") {
             allocate_cluster_ip(st, &mut obj);
         }
         validate(info, &obj)?;
-        {
-            let md = metadata_mut(&mut obj);
-            md.insert("uid".into(), json!(meta::new_uid()));
-            md.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
-            if info.generation != GenerationRule::None {
-                md.insert("generation".into(), json!(1));
-            }
-        }
+        stamp_system_metadata(info, &mut obj);
         if let Managed::Update(manager) = managed {
             let api_version = info.api_version(info.preferred_version());
             fieldmanager::track_update(
@@ -235,6 +141,116 @@ impl Store {
         drop(st);
         self.shared.changed.send_replace(rv);
         (*obj).clone()
+    }
+}
+
+/// Settles the namespace and the name (from `generateName` when missing) and drops the system metadata a
+/// client may not set.
+fn settle_create_metadata(info: &ResourceInfo, ns: &str, obj: &mut Value) -> Result<()> {
+    let body_ns = meta::namespace_of(obj).to_string();
+    let md = metadata_mut(obj);
+    if info.namespaced {
+        if ns.is_empty() {
+            return Err(Error::BadRequest(
+                "a namespace is required for a namespaced resource".to_string(),
+            ));
+        }
+        if !body_ns.is_empty() && body_ns != ns {
+            return Err(Error::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request"
+                    .to_string(),
+            ));
+        }
+        md.insert("namespace".into(), json!(ns));
+    } else {
+        md.remove("namespace");
+    }
+    let has_name = md
+        .get("name")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    if !has_name {
+        match md.get("generateName").and_then(Value::as_str) {
+            Some(prefix) if !prefix.is_empty() => {
+                let name = format!("{prefix}{}", meta::random_suffix(5));
+                md.insert("name".into(), json!(name));
+            }
+            _ => {
+                return Err(Error::Invalid {
+                    qualified_kind: qualified_kind(info),
+                    group: info.group.clone(),
+                    kind: info.kind.clone(),
+                    name: String::new(),
+                    message: "metadata.name: Required value: name or generateName is required"
+                        .to_string(),
+                });
+            }
+        }
+    }
+    for k in [
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "selfLink",
+    ] {
+        md.remove(k);
+    }
+    Ok(())
+}
+
+/// Refuses a create in a namespace that does not exist or is being terminated.
+fn check_namespace_open(st: &State, gr: &GroupResource, ns: &str, name: &str) -> Result<()> {
+    let ns_obj = st
+        .objects
+        .get(&GroupResource::namespaces())
+        .and_then(|m| m.get(&(String::new(), ns.to_string())));
+    match ns_obj {
+        None => Err(Error::NotFound {
+            resource: GroupResource::namespaces(),
+            name: ns.to_string(),
+        }),
+        Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => Err(Error::Forbidden {
+            resource: gr.clone(),
+            name: name.to_string(),
+            reason: format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            ),
+        }),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Sets `apiVersion` and `kind`, drops a `status` the status subresource owns, and gives pods their
+/// initial status.
+fn set_type_and_initial_status(info: &ResourceInfo, obj: &mut Value) {
+    if let Value::Object(m) = obj {
+        m.insert(
+            "apiVersion".into(),
+            json!(info.api_version(info.preferred_version())),
+        );
+        m.insert("kind".into(), json!(info.kind));
+        if info.status_subresource {
+            m.remove("status");
+        }
+    }
+    if info.group_resource() == GroupResource::pods() {
+        let status = crate::defaults::initial_pod_status(obj);
+        if let Value::Object(m) = obj {
+            m.insert("status".into(), status);
+        }
+    }
+}
+
+/// Sets `uid`, `creationTimestamp` and the first `generation`.
+fn stamp_system_metadata(info: &ResourceInfo, obj: &mut Value) {
+    let md = metadata_mut(obj);
+    md.insert("uid".into(), json!(meta::new_uid()));
+    md.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
+    if info.generation != GenerationRule::None {
+        md.insert("generation".into(), json!(1));
     }
 }
 

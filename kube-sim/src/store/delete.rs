@@ -37,30 +37,7 @@ impl Store {
                 resource: gr.clone(),
                 name: name.to_string(),
             })?;
-        if let Some(rv) = &opts.resource_version
-            && Some(rv.as_str()) != meta::str_at(&old, "/metadata/resourceVersion")
-        {
-            return Err(Error::Conflict {
-                resource: gr.clone(),
-                name: name.to_string(),
-                reason: format!(
-                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                    meta::str_at(&old, "/metadata/resourceVersion").unwrap_or("")
-                ),
-            });
-        }
-        if let Some(uid) = &opts.uid
-            && Some(uid.as_str()) != meta::str_at(&old, "/metadata/uid")
-        {
-            return Err(Error::Conflict {
-                resource: gr.clone(),
-                name: name.to_string(),
-                reason: format!(
-                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                    meta::str_at(&old, "/metadata/uid").unwrap_or("")
-                ),
-            });
-        }
+        check_delete_preconditions(gr, name, &old, opts)?;
         if opts.propagation_policy.as_deref() == Some("Orphan")
             && !opts.dry_run
             && let Some(uid) = meta::str_at(&old, "/metadata/uid")
@@ -85,45 +62,58 @@ impl Store {
             }
         }
         if grace > 0 || has_finalizers || is_namespace {
-            let mut new = (*old).clone();
-            {
-                let md = metadata_mut(&mut new);
-                md.insert(
-                    "deletionTimestamp".into(),
-                    json!(meta::rfc3339_after(grace)),
-                );
-                md.insert("deletionGracePeriodSeconds".into(), json!(grace));
-            }
-            if is_namespace && let Value::Object(m) = &mut new {
-                meta::child_map(m, "status").insert("phase".into(), json!("Terminating"));
-            }
-            if grace == 0 && !has_finalizers && !is_namespace {
-                return self.remove(st, gr, key, old, opts.dry_run);
-            }
-            if opts.dry_run {
-                return Ok(Deleted::Pending(new));
-            }
-            let rv = next_rv(&mut st);
-            set_rv(&mut new, rv);
-            let new = Arc::new(new);
-            st.objects
-                .entry(gr.clone())
-                .or_default()
-                .insert(key.clone(), new.clone());
-            push_event(
-                &mut st,
-                &self.shared.config,
-                gr,
-                &key.0,
-                EventKind::Modified,
-                new.clone(),
-                Some(old),
-            );
-            drop(st);
-            self.shared.changed.send_replace(rv);
-            return Ok(Deleted::Pending((*new).clone()));
+            return Ok(self.mark_deleted(st, gr, key, old, grace, opts.dry_run));
         }
         self.remove(st, gr, key, old, opts.dry_run)
+    }
+
+    /// Marks an object as being deleted (`deletionTimestamp`, and `Terminating` for a namespace); it stays
+    /// until its grace period or finalizers are done.
+    fn mark_deleted(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        gr: &GroupResource,
+        key: Key,
+        old: Arc<Value>,
+        grace: i64,
+        dry_run: bool,
+    ) -> Deleted {
+        let mut new = (*old).clone();
+        {
+            let md = metadata_mut(&mut new);
+            md.insert(
+                "deletionTimestamp".into(),
+                json!(meta::rfc3339_after(grace)),
+            );
+            md.insert("deletionGracePeriodSeconds".into(), json!(grace));
+        }
+        if *gr == GroupResource::namespaces()
+            && let Value::Object(m) = &mut new
+        {
+            meta::child_map(m, "status").insert("phase".into(), json!("Terminating"));
+        }
+        if dry_run {
+            return Deleted::Pending(new);
+        }
+        let rv = next_rv(&mut st);
+        set_rv(&mut new, rv);
+        let new = Arc::new(new);
+        st.objects
+            .entry(gr.clone())
+            .or_default()
+            .insert(key.clone(), new.clone());
+        push_event(
+            &mut st,
+            &self.shared.config,
+            gr,
+            &key.0,
+            EventKind::Modified,
+            new.clone(),
+            Some(old),
+        );
+        drop(st);
+        self.shared.changed.send_replace(rv);
+        Deleted::Pending((*new).clone())
     }
 
     fn remove(
@@ -218,6 +208,40 @@ impl Store {
         }
         waiting
     }
+}
+
+/// Refuses a delete whose `resourceVersion` or `uid` precondition the stored object does not meet.
+fn check_delete_preconditions(
+    gr: &GroupResource,
+    name: &str,
+    old: &Value,
+    opts: &DeleteOptions,
+) -> Result<()> {
+    if let Some(rv) = &opts.resource_version
+        && Some(rv.as_str()) != meta::str_at(old, "/metadata/resourceVersion")
+    {
+        return Err(Error::Conflict {
+            resource: gr.clone(),
+            name: name.to_string(),
+            reason: format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                meta::str_at(old, "/metadata/resourceVersion").unwrap_or("")
+            ),
+        });
+    }
+    if let Some(uid) = &opts.uid
+        && Some(uid.as_str()) != meta::str_at(old, "/metadata/uid")
+    {
+        return Err(Error::Conflict {
+            resource: gr.clone(),
+            name: name.to_string(),
+            reason: format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                meta::str_at(old, "/metadata/uid").unwrap_or("")
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Removes the owner reference to `uid` from every object that has one, each removal a `MODIFIED` event.

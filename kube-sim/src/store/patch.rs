@@ -38,22 +38,7 @@ impl Store {
         patch: &Patch,
         opts: &PatchOptions,
     ) -> Result<(Value, Vec<String>)> {
-        let endpoint = match subresource {
-            None => Endpoint::Main,
-            Some("status") => Endpoint::Status,
-            Some(_) => return Err(Error::MethodNotAllowed),
-        };
-        let is_apply = matches!(patch, Patch::Apply(_));
-        if is_apply && opts.field_manager.as_deref().is_none_or(str::is_empty) {
-            return Err(patch_options_invalid(
-                "fieldManager: Required value: is required for apply patch",
-            ));
-        }
-        if !is_apply && opts.force {
-            return Err(patch_options_invalid(
-                "force: Forbidden: may not be specified for non-apply patch",
-            ));
-        }
+        let endpoint = patch_endpoint(subresource, patch, opts)?;
         let manager = opts.field_manager.as_deref().unwrap_or("kube-sim");
         let mut st = self.lock();
         let info = st
@@ -70,32 +55,20 @@ impl Store {
         }
         let key = (scope_ns(&info, namespace), name.to_string());
         let existing = st.objects.get(gr).and_then(|m| m.get(&key)).cloned();
-        let api_version = info.api_version(info.preferred_version());
         let Some(old) = existing else {
+            let not_found = || Error::NotFound {
+                resource: gr.clone(),
+                name: name.to_string(),
+            };
             let Patch::Apply(body) = patch else {
-                return Err(Error::NotFound {
-                    resource: gr.clone(),
-                    name: name.to_string(),
-                });
+                return Err(not_found());
             };
             if endpoint == Endpoint::Status {
-                return Err(Error::NotFound {
-                    resource: gr.clone(),
-                    name: name.to_string(),
-                });
+                return Err(not_found());
             }
-            check_apply_body(&info, body, name)?;
-            let mut seed =
-                json!({"apiVersion": api_version, "kind": info.kind, "metadata": {"name": name}});
-            if info.namespaced {
-                metadata_mut(&mut seed).insert("namespace".into(), json!(key.0));
-            }
-            let merged = fieldmanager::apply(
-                &seed,
-                body,
-                &apply_req(&info, manager, &api_version, opts.force, endpoint),
-            )
-            .map_err(apply_error)?;
+            let api_version = info.api_version(info.preferred_version());
+            let req = apply_req(&info, manager, &api_version, opts.force, endpoint);
+            let merged = apply_to_missing(&info, &key, body, &req)?;
             let (obj, warnings) = self.prepare_create(
                 &mut st,
                 &info,
@@ -109,59 +82,7 @@ impl Store {
             }
             return Ok((self.insert_new(st, &info, obj), warnings));
         };
-        let mut new = (*old).clone();
-        let managed = match patch {
-            Patch::Apply(body) => {
-                check_apply_body(&info, body, name)?;
-                if let Some(rv) =
-                    meta::str_at(body, "/metadata/resourceVersion").filter(|s| !s.is_empty())
-                    && Some(rv) != meta::str_at(&old, "/metadata/resourceVersion")
-                {
-                    return Err(Error::stale(gr, name));
-                }
-                new = fieldmanager::apply(
-                    &old,
-                    body,
-                    &apply_req(&info, manager, &api_version, opts.force, endpoint),
-                )
-                .map_err(apply_error)?;
-                Managed::Precomputed
-            }
-            Patch::Merge(body) => {
-                patch::merge_patch(&mut new, body);
-                Managed::Update(manager)
-            }
-            Patch::Strategic(body) => {
-                patch::strategic_merge_patch(&mut new, body)
-                    .map_err(|e| Error::BadRequest(e.to_string()))?;
-                Managed::Update(manager)
-            }
-            Patch::Json(body) => {
-                patch::json_patch(&mut new, body).map_err(|e| match e {
-                    patch::Error::TestFailed { .. } => Error::Invalid {
-                        qualified_kind: qualified_kind(&info),
-                        group: info.group.clone(),
-                        kind: info.kind.clone(),
-                        name: name.to_string(),
-                        message: e.to_string(),
-                    },
-                    patch::Error::Invalid(m) => Error::BadRequest(m),
-                })?;
-                Managed::Update(manager)
-            }
-        };
-        if meta::name_of(&new) != name {
-            return Err(Error::BadRequest(format!(
-                "the name of the object ({}) does not match the name on the URL ({name})",
-                meta::name_of(&new)
-            )));
-        }
-        if !matches!(patch, Patch::Apply(_))
-            && let Some(rv) = meta::str_at(&new, "/metadata/resourceVersion")
-            && Some(rv) != meta::str_at(&old, "/metadata/resourceVersion")
-        {
-            return Err(Error::stale(gr, name));
-        }
+        let (new, managed) = patched(&info, &old, name, patch, manager, opts, endpoint)?;
         let (new, warnings) =
             self.prepare_update(&info, &old, new, endpoint, managed, opts.field_validation)?;
         if opts.dry_run {
@@ -188,6 +109,114 @@ impl Store {
             opts,
         )?)
     }
+}
+
+/// The endpoint a patch goes to, once its options are valid for its type.
+fn patch_endpoint(
+    subresource: Option<&str>,
+    patch: &Patch,
+    opts: &PatchOptions,
+) -> Result<Endpoint> {
+    let endpoint = match subresource {
+        None => Endpoint::Main,
+        Some("status") => Endpoint::Status,
+        Some(_) => return Err(Error::MethodNotAllowed),
+    };
+    let is_apply = matches!(patch, Patch::Apply(_));
+    if is_apply && opts.field_manager.as_deref().is_none_or(str::is_empty) {
+        return Err(patch_options_invalid(
+            "fieldManager: Required value: is required for apply patch",
+        ));
+    }
+    if !is_apply && opts.force {
+        return Err(patch_options_invalid(
+            "force: Forbidden: may not be specified for non-apply patch",
+        ));
+    }
+    Ok(endpoint)
+}
+
+/// The object an apply creates where none is stored: the configuration applied to its bare identity.
+fn apply_to_missing(
+    info: &ResourceInfo,
+    key: &(String, String),
+    body: &Value,
+    req: &fieldmanager::Apply<'_>,
+) -> Result<Value> {
+    check_apply_body(info, body, &key.1)?;
+    let mut seed =
+        json!({"apiVersion": req.api_version, "kind": info.kind, "metadata": {"name": key.1}});
+    if info.namespaced {
+        metadata_mut(&mut seed).insert("namespace".into(), json!(key.0));
+    }
+    fieldmanager::apply(&seed, body, req).map_err(apply_error)
+}
+
+/// The stored object with the patch applied, and how its field ownership is to be recorded.
+fn patched<'a>(
+    info: &ResourceInfo,
+    old: &Value,
+    name: &str,
+    patch: &Patch,
+    manager: &'a str,
+    opts: &PatchOptions,
+    endpoint: Endpoint,
+) -> Result<(Value, Managed<'a>)> {
+    let mut new = old.clone();
+    let managed = match patch {
+        Patch::Apply(body) => {
+            check_apply_body(info, body, name)?;
+            if let Some(rv) =
+                meta::str_at(body, "/metadata/resourceVersion").filter(|s| !s.is_empty())
+                && Some(rv) != meta::str_at(old, "/metadata/resourceVersion")
+            {
+                return Err(Error::stale(&info.group_resource(), name));
+            }
+            let api_version = info.api_version(info.preferred_version());
+            new = fieldmanager::apply(
+                old,
+                body,
+                &apply_req(info, manager, &api_version, opts.force, endpoint),
+            )
+            .map_err(apply_error)?;
+            Managed::Precomputed
+        }
+        Patch::Merge(body) => {
+            patch::merge_patch(&mut new, body);
+            Managed::Update(manager)
+        }
+        Patch::Strategic(body) => {
+            patch::strategic_merge_patch(&mut new, body)
+                .map_err(|e| Error::BadRequest(e.to_string()))?;
+            Managed::Update(manager)
+        }
+        Patch::Json(body) => {
+            patch::json_patch(&mut new, body).map_err(|e| match e {
+                patch::Error::TestFailed { .. } => Error::Invalid {
+                    qualified_kind: qualified_kind(info),
+                    group: info.group.clone(),
+                    kind: info.kind.clone(),
+                    name: name.to_string(),
+                    message: e.to_string(),
+                },
+                patch::Error::Invalid(m) => Error::BadRequest(m),
+            })?;
+            Managed::Update(manager)
+        }
+    };
+    if meta::name_of(&new) != name {
+        return Err(Error::BadRequest(format!(
+            "the name of the object ({}) does not match the name on the URL ({name})",
+            meta::name_of(&new)
+        )));
+    }
+    if !matches!(patch, Patch::Apply(_))
+        && let Some(rv) = meta::str_at(&new, "/metadata/resourceVersion")
+        && Some(rv) != meta::str_at(old, "/metadata/resourceVersion")
+    {
+        return Err(Error::stale(&info.group_resource(), name));
+    }
+    Ok((new, managed))
 }
 
 fn patch_options_invalid(message: &str) -> Error {

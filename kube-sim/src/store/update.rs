@@ -173,6 +173,10 @@ impl Store {
         }
     }
 
+    /// The object an update would store (without its new `resourceVersion`), and warnings about pruned
+    /// fields: the endpoint's part of the body over the stored object, system metadata kept, defaults,
+    /// pruning, validation, generation and field ownership. A write that changes nothing returns the stored
+    /// object.
     pub(super) fn prepare_update(
         &self,
         info: &ResourceInfo,
@@ -195,73 +199,10 @@ impl Store {
             )));
         }
         let mut new = match endpoint {
-            Endpoint::Main => {
-                let mut new = obj;
-                if info.status_subresource
-                    && let Value::Object(m) = &mut new
-                {
-                    match old.get("status") {
-                        Some(s) => m.insert("status".into(), s.clone()),
-                        None => m.remove("status"),
-                    };
-                }
-                new
-            }
-            Endpoint::Status => {
-                if !info.status_subresource {
-                    return Err(Error::ResourceNotFound);
-                }
-                let mut new = old.clone();
-                if let Value::Object(m) = &mut new {
-                    match obj.get("status") {
-                        Some(s) => m.insert("status".into(), s.clone()),
-                        None => m.remove("status"),
-                    };
-                }
-                let md_new = obj.get("metadata");
-                let md = metadata_mut(&mut new);
-                if let Some(mf) = md_new.and_then(|m| m.get("managedFields")) {
-                    md.insert("managedFields".into(), mf.clone());
-                }
-                if !info.is_custom() {
-                    match md_new.and_then(|m| m.get("annotations")) {
-                        Some(a) => md.insert("annotations".into(), a.clone()),
-                        None => md.remove("annotations"),
-                    };
-                }
-                new
-            }
+            Endpoint::Main => main_update(info, old, obj),
+            Endpoint::Status => status_update(info, old, &obj)?,
         };
-        {
-            let old_md = old
-                .get("metadata")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
-            let md = metadata_mut(&mut new);
-            for k in [
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-                "namespace",
-                "resourceVersion",
-            ] {
-                match old_md.get(k) {
-                    Some(v) => md.insert(k.to_string(), v.clone()),
-                    None => md.remove(k),
-                };
-            }
-            md.remove("selfLink");
-            if let Managed::Update(_) = managed
-                && endpoint == Endpoint::Main
-                && !md.contains_key("managedFields")
-                && let Some(mf) = old_md.get("managedFields")
-            {
-                md.insert("managedFields".into(), mf.clone());
-            }
-        }
+        keep_system_metadata(old, &mut new, &managed, endpoint);
         if let Value::Object(m) = &mut new {
             m.insert(
                 "apiVersion".into(),
@@ -280,16 +221,11 @@ impl Store {
             metadata_mut(&mut new).insert("generation".into(), json!(g));
         }
         if let Managed::Update(manager) = managed {
-            let api_version = info.api_version(info.preferred_version());
-            let node = Node::root(info.schema(info.preferred_version()), !info.is_custom());
-            let mut base = new.clone();
             // Ownership is computed from the stored entries, not from whatever the client sent back.
-            if let Some(mf) = old.pointer("/metadata/managedFields") {
-                metadata_mut(&mut base).insert("managedFields".into(), mf.clone());
-            } else {
-                metadata_mut(&mut base).remove("managedFields");
-            }
-            new = base;
+            match old.pointer("/metadata/managedFields") {
+                Some(mf) => metadata_mut(&mut new).insert("managedFields".into(), mf.clone()),
+                None => metadata_mut(&mut new).remove("managedFields"),
+            };
             // A write that changes nothing keeps the stored object, field ownership included.
             if same_ignoring_times(old, &new) {
                 return Ok((old.clone(), warnings));
@@ -298,9 +234,9 @@ impl Store {
                 Some(old),
                 &mut new,
                 manager,
-                &api_version,
+                &info.api_version(info.preferred_version()),
                 endpoint.subresource(),
-                &node,
+                &Node::root(info.schema(info.preferred_version()), !info.is_custom()),
             );
         }
         Ok((new, warnings))
@@ -360,6 +296,79 @@ impl Store {
         drop(st);
         self.shared.changed.send_replace(rv);
         (*new).clone()
+    }
+}
+
+/// An update through the main endpoint: the body, with the stored `status` when a status subresource owns it.
+fn main_update(info: &ResourceInfo, old: &Value, mut new: Value) -> Value {
+    if info.status_subresource
+        && let Value::Object(m) = &mut new
+    {
+        match old.get("status") {
+            Some(s) => m.insert("status".into(), s.clone()),
+            None => m.remove("status"),
+        };
+    }
+    new
+}
+
+/// An update through the status subresource: the stored object with the body's `status` (and, for built-in
+/// types, its annotations).
+fn status_update(info: &ResourceInfo, old: &Value, obj: &Value) -> Result<Value> {
+    if !info.status_subresource {
+        return Err(Error::ResourceNotFound);
+    }
+    let mut new = old.clone();
+    if let Value::Object(m) = &mut new {
+        match obj.get("status") {
+            Some(s) => m.insert("status".into(), s.clone()),
+            None => m.remove("status"),
+        };
+    }
+    let md_new = obj.get("metadata");
+    let md = metadata_mut(&mut new);
+    if let Some(mf) = md_new.and_then(|m| m.get("managedFields")) {
+        md.insert("managedFields".into(), mf.clone());
+    }
+    if !info.is_custom() {
+        match md_new.and_then(|m| m.get("annotations")) {
+            Some(a) => md.insert("annotations".into(), a.clone()),
+            None => md.remove("annotations"),
+        };
+    }
+    Ok(new)
+}
+
+/// Keeps the system metadata of the stored object whatever the body says, and its `managedFields` when an
+/// update through the main endpoint sends none.
+fn keep_system_metadata(old: &Value, new: &mut Value, managed: &Managed<'_>, endpoint: Endpoint) {
+    let old_md = old
+        .get("metadata")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let md = metadata_mut(new);
+    for k in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "namespace",
+        "resourceVersion",
+    ] {
+        match old_md.get(k) {
+            Some(v) => md.insert(k.to_string(), v.clone()),
+            None => md.remove(k),
+        };
+    }
+    md.remove("selfLink");
+    if let Managed::Update(_) = *managed
+        && endpoint == Endpoint::Main
+        && !md.contains_key("managedFields")
+        && let Some(mf) = old_md.get("managedFields")
+    {
+        md.insert("managedFields".into(), mf.clone());
     }
 }
 
