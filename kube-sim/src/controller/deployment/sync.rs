@@ -94,28 +94,8 @@ impl Rollout<'_> {
             .cloned()
             .unwrap_or_default();
         let hash = compute_hash(&template, collision);
-        let mut rs_template = template.clone();
-        add_label(&mut rs_template, HASH_LABEL, &hash);
-        let mut selector = self
-            .d
-            .pointer("/spec/selector")
-            .cloned()
-            .unwrap_or_default();
-        if let Value::Object(s) = &mut selector {
-            meta::child_map(s, "matchLabels").insert(HASH_LABEL.into(), json!(hash));
-        }
         let name = format!("{}-{hash}", meta::name_of(&self.d));
-        let mut rs = json!({
-            "apiVersion": "apps/v1",
-            "kind": "ReplicaSet",
-            "metadata": {
-                "name": name,
-                "namespace": meta::namespace_of(&self.d),
-                "ownerReferences": [crate::controller::controller_ref(&self.d, "apps/v1", "Deployment")],
-                "labels": rs_template.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
-            },
-            "spec": {"replicas": 0, "selector": selector, "template": rs_template},
-        });
+        let mut rs = self.replica_set_for(&template, &hash);
         set_min_ready(&mut rs, self.d.pointer("/spec/minReadySeconds").cloned());
         let count = self.new_rs_new_replicas(&rs);
         rs["spec"]["replicas"] = json!(count);
@@ -141,27 +121,7 @@ impl Rollout<'_> {
                 c
             }
             Err(store::Error::AlreadyExists { .. }) => {
-                let found = self
-                    .store
-                    .get(&GroupResource::replicasets(), Some(&ns), &name)?;
-                let uid = meta::str_at(&self.d, "/metadata/uid").unwrap_or("");
-                if crate::controller::is_controlled_by(&found, "Deployment", uid)
-                    && equal_ignore_hash(
-                        found.pointer("/spec/template").unwrap_or(&Value::Null),
-                        &template,
-                    )
-                {
-                    return Ok(found);
-                }
-                // A hash collision: count it and try again with a different hash.
-                let n = collision.unwrap_or(0) + 1;
-                status_map(&mut self.d).insert("collisionCount".into(), json!(n));
-                self.write_deployment_status()?;
-                return Err(store::Error::AlreadyExists {
-                    resource: GroupResource::replicasets(),
-                    name,
-                }
-                .into());
+                return self.existing_or_collision(&ns, name, &template, collision);
             }
             Err(e) => return Err(e.into()),
         };
@@ -178,6 +138,66 @@ impl Rollout<'_> {
             self.write_deployment_status()?;
         }
         Ok(created)
+    }
+
+    /// A new ReplicaSet of the Deployment's template under `hash`: the hash label on its labels, selector and
+    /// template, and the Deployment as its controller.
+    fn replica_set_for(&self, template: &Value, hash: &str) -> Value {
+        let name = format!("{}-{hash}", meta::name_of(&self.d));
+        let mut rs_template = template.clone();
+        add_label(&mut rs_template, HASH_LABEL, hash);
+        let mut selector = self
+            .d
+            .pointer("/spec/selector")
+            .cloned()
+            .unwrap_or_default();
+        if let Value::Object(s) = &mut selector {
+            meta::child_map(s, "matchLabels").insert(HASH_LABEL.into(), json!(hash));
+        }
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": {
+                "name": name,
+                "namespace": meta::namespace_of(&self.d),
+                "ownerReferences": [crate::controller::controller_ref(&self.d, "apps/v1", "Deployment")],
+                "labels": rs_template.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
+            },
+            "spec": {"replicas": 0, "selector": selector, "template": rs_template},
+        })
+    }
+
+    /// When `<deploy>-<hash>` exists already: that ReplicaSet if it is this Deployment's with the same
+    /// template, or else a hash collision, counted in `status.collisionCount` so the next sync tries another
+    /// hash.
+    fn existing_or_collision(
+        &mut self,
+        ns: &str,
+        name: String,
+        template: &Value,
+        collision: Option<i64>,
+    ) -> Result<Value, Error> {
+        let found = self
+            .store
+            .get(&GroupResource::replicasets(), Some(ns), &name)?;
+        let uid = meta::str_at(&self.d, "/metadata/uid").unwrap_or("");
+        if crate::controller::is_controlled_by(&found, "Deployment", uid)
+            && equal_ignore_hash(
+                found.pointer("/spec/template").unwrap_or(&Value::Null),
+                template,
+            )
+        {
+            return Ok(found);
+        }
+        // A hash collision: count it and try again with a different hash.
+        let n = collision.unwrap_or(0) + 1;
+        status_map(&mut self.d).insert("collisionCount".into(), json!(n));
+        self.write_deployment_status()?;
+        Err(store::Error::AlreadyExists {
+            resource: GroupResource::replicasets(),
+            name,
+        }
+        .into())
     }
 
     /// Writes the Deployment's status (and annotations) as they are now in `self.d`.
@@ -302,6 +322,12 @@ impl Rollout<'_> {
         if !self.is_rolling() {
             return Ok(());
         }
+        self.scale_proportionally()
+    }
+
+    /// The surge of a rolling Deployment spread over its active ReplicaSets in proportion to their sizes.
+    fn scale_proportionally(&mut self) -> Result<(), Error> {
+        let replicas = self.replicas();
         let mut active: Vec<Value> = self
             .all()
             .into_iter()
