@@ -11,7 +11,7 @@ use tokio::time::Instant;
 
 use super::lifecycle::{missing_config_reference, missing_volume_source};
 use super::reference::Reference;
-use super::runtime::{self, ContainerRuntime};
+use super::runtime::{self, ContainerRuntime, PulledImage};
 use super::status::write_status;
 use super::{Container, Kubelet, MANAGER, PodRun, READINESS_POLL, Stage};
 use crate::meta;
@@ -234,53 +234,9 @@ pub(super) async fn start_container<R: ContainerRuntime>(
             return;
         }
     };
-    let policy = run.containers[i].spec["imagePullPolicy"]
-        .as_str()
-        .unwrap_or_else(|| crate::defaults::default_pull_policy(&image))
-        .to_string();
-    let serial = k.pulls.lock().await;
-    let cached = k.runtime.cached(&reference);
-    let pulled = match (policy.as_str(), cached) {
-        ("Always", _) | (_, None) if policy != "Never" => {
-            tokio::time::sleep(cfg.pull_delay).await;
-            match k.runtime.pull(&reference).await {
-                Ok(p) => {
-                    run.containers[i].pull_failures = 0;
-                    p
-                }
-                Err(e) => {
-                    let c = &mut run.containers[i];
-                    c.pull_failures += 1;
-                    tracing::debug!(pod = %run.name, container = %c.name, error = %e, "image pull failed");
-                    c.stage = Stage::PullFailed {
-                        message: e.message.clone(),
-                    };
-                    c.next = Some(Instant::now() + cfg.backoff(c.pull_failures) / 2);
-                    event(
-                        k,
-                        run,
-                        "Warning",
-                        "Failed",
-                        &format!("Failed to pull image \"{image}\": {}", e.message),
-                    );
-                    event(k, run, "Warning", "Failed", "Error: ErrImagePull");
-                    return;
-                }
-            }
-        }
-        (_, Some(p)) => p,
-        (_, None) => {
-            let c = &mut run.containers[i];
-            c.stage = Stage::PullFailed {
-                message: format!(
-                    "Container image \"{image}\" is not present with pull policy of Never"
-                ),
-            };
-            c.next = Some(Instant::now() + cfg.backoff_base);
-            return;
-        }
+    let Some(pulled) = pull_image(k, run, i, &image, &reference).await else {
+        return;
     };
-    drop(serial);
     if let Some(message) = missing_config_reference(&k.store, pod, &run.containers[i].spec) {
         let c = &mut run.containers[i];
         let first = !matches!(&c.stage, Stage::ConfigError { message: m } if *m == message);
@@ -303,6 +259,79 @@ pub(super) async fn start_container<R: ContainerRuntime>(
             return;
         }
     };
+    mark_running(k, run, i, id, pulled, exit_tx);
+}
+
+/// The image of container `i` as its pull policy allows (pulls one at a time), or `None` with the container
+/// in `ErrImagePull` and its back-off set.
+async fn pull_image<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    i: usize,
+    image: &str,
+    reference: &Reference,
+) -> Option<PulledImage> {
+    let cfg = &k.config;
+    let policy = run.containers[i].spec["imagePullPolicy"]
+        .as_str()
+        .unwrap_or_else(|| crate::defaults::default_pull_policy(image))
+        .to_string();
+    let serial = k.pulls.lock().await;
+    let cached = k.runtime.cached(reference);
+    let pulled = match (policy.as_str(), cached) {
+        ("Always", _) | (_, None) if policy != "Never" => {
+            tokio::time::sleep(cfg.pull_delay).await;
+            match k.runtime.pull(reference).await {
+                Ok(p) => {
+                    run.containers[i].pull_failures = 0;
+                    p
+                }
+                Err(e) => {
+                    let c = &mut run.containers[i];
+                    c.pull_failures += 1;
+                    tracing::debug!(pod = %run.name, container = %c.name, error = %e, "image pull failed");
+                    c.stage = Stage::PullFailed {
+                        message: e.message.clone(),
+                    };
+                    c.next = Some(Instant::now() + cfg.backoff(c.pull_failures) / 2);
+                    event(
+                        k,
+                        run,
+                        "Warning",
+                        "Failed",
+                        &format!("Failed to pull image \"{image}\": {}", e.message),
+                    );
+                    event(k, run, "Warning", "Failed", "Error: ErrImagePull");
+                    return None;
+                }
+            }
+        }
+        (_, Some(p)) => p,
+        (_, None) => {
+            let c = &mut run.containers[i];
+            c.stage = Stage::PullFailed {
+                message: format!(
+                    "Container image \"{image}\" is not present with pull policy of Never"
+                ),
+            };
+            c.next = Some(Instant::now() + cfg.backoff_base);
+            return None;
+        }
+    };
+    drop(serial);
+    Some(pulled)
+}
+
+/// Records container `i` as running under `id` and starts waiting for it to exit.
+fn mark_running<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    i: usize,
+    id: String,
+    pulled: PulledImage,
+    exit_tx: &mpsc::UnboundedSender<(usize, String, runtime::Exit)>,
+) {
+    let cfg = &k.config;
     let started_at = meta::now_rfc3339();
     let c = &mut run.containers[i];
     k.logs

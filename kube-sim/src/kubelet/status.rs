@@ -82,13 +82,68 @@ pub(super) fn pod_status(run: &PodRun, pod: &Value, node_ip: &str) -> Value {
         .filter(|c| !c.ready)
         .map(|c| c.name.as_str())
         .collect();
+    let conds = Conditions {
+        old: &old,
+        now: meta::now_rfc3339(),
+    };
+    let containers_ready = unready.is_empty();
+    let unready_message = format!("containers with unready status: [{}]", unready.join(" "));
+    let containers_ready_cond = if containers_ready {
+        conds.condition("ContainersReady", true, None, None)
+    } else {
+        conds.condition(
+            "ContainersReady",
+            false,
+            Some("ContainersNotReady"),
+            Some(unready_message.clone()),
+        )
+    };
+    let ready_cond = if !containers_ready {
+        conds.condition(
+            "Ready",
+            false,
+            Some("ContainersNotReady"),
+            Some(unready_message),
+        )
+    } else {
+        conds.readiness_gates_condition(pod)
+    };
+    let ours = ["Initialized", "Ready", "ContainersReady", "PodScheduled"];
+    let mut conditions = vec![
+        conds.condition("Initialized", true, None, None),
+        ready_cond,
+        containers_ready_cond,
+        conds.condition("PodScheduled", true, None, None),
+    ];
+    if let Some(others) = old["conditions"].as_array() {
+        conditions.extend(
+            others
+                .iter()
+                .filter(|c| !ours.contains(&c["type"].as_str().unwrap_or("")))
+                .cloned(),
+        );
+    }
+    let mut status = old.as_object().cloned().unwrap_or_default();
+    status.insert("phase".into(), json!(pod_phase(run)));
+    status.insert("conditions".into(), json!(conditions));
+    status.insert("containerStatuses".into(), json!(statuses));
+    status.insert("hostIP".into(), json!(node_ip));
+    status.insert("hostIPs".into(), json!([{"ip": node_ip}]));
+    status.insert("podIP".into(), json!(run.pod_ip));
+    status.insert("podIPs".into(), json!([{"ip": run.pod_ip}]));
+    status.insert("startTime".into(), json!(run.start_time));
+    Value::Object(status)
+}
+
+/// `Succeeded` or `Failed` once every container terminated, `Running` once one was created, else `Pending`.
+fn pod_phase(run: &PodRun) -> &'static str {
     let ever_started = run.containers.iter().any(|c| c.created);
     let all_done = !run.containers.is_empty()
         && run
             .containers
             .iter()
             .all(|c| matches!(c.stage, Stage::Terminated));
-    let phase = if all_done {
+    if all_done {
         let failed = run.containers.iter().any(|c| {
             c.last_terminated
                 .as_ref()
@@ -101,20 +156,37 @@ pub(super) fn pod_status(run: &PodRun, pod: &Value, node_ip: &str) -> Value {
         "Running"
     } else {
         "Pending"
-    };
-    let now = meta::now_rfc3339();
-    let old_condition = |kind: &str| {
-        old["conditions"]
+    }
+}
+
+/// Pod conditions made against the previous status, so a condition that keeps its status keeps its
+/// `lastTransitionTime`.
+struct Conditions<'a> {
+    old: &'a Value,
+    now: String,
+}
+
+impl Conditions<'_> {
+    fn old_condition(&self, kind: &str) -> Option<Value> {
+        self.old["conditions"]
             .as_array()
             .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
             .cloned()
-    };
-    let condition = |kind: &str, ok: bool, reason: Option<&str>, message: Option<String>| {
+    }
+
+    fn condition(
+        &self,
+        kind: &str,
+        ok: bool,
+        reason: Option<&str>,
+        message: Option<String>,
+    ) -> Value {
         let status = if ok { "True" } else { "False" };
-        let since = old_condition(kind)
+        let since = self
+            .old_condition(kind)
             .filter(|c| c["status"] == status)
             .and_then(|c| c.get("lastTransitionTime").cloned())
-            .unwrap_or(json!(now));
+            .unwrap_or(json!(self.now));
         let mut c = Map::new();
         c.insert("type".into(), json!(kind));
         c.insert("status".into(), json!(status));
@@ -126,40 +198,25 @@ pub(super) fn pod_status(run: &PodRun, pod: &Value, node_ip: &str) -> Value {
             c.insert("message".into(), json!(m));
         }
         Value::Object(c)
-    };
-    let containers_ready = unready.is_empty();
-    let unready_message = format!("containers with unready status: [{}]", unready.join(" "));
-    let containers_ready_cond = if containers_ready {
-        condition("ContainersReady", true, None, None)
-    } else {
-        condition(
-            "ContainersReady",
-            false,
-            Some("ContainersNotReady"),
-            Some(unready_message.clone()),
-        )
-    };
-    // Readiness gates: every gate's condition must be True.
-    let gates_missing: Vec<String> = pod
-        .pointer("/spec/readinessGates")
-        .and_then(Value::as_array)
-        .map(|gates| {
-            gates
-                .iter()
-                .filter_map(|g| g["conditionType"].as_str())
-                .filter(|t| old_condition(t).is_none_or(|c| c["status"] != "True"))
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
-    let ready_cond = if !containers_ready {
-        condition(
-            "Ready",
-            false,
-            Some("ContainersNotReady"),
-            Some(unready_message),
-        )
-    } else if !gates_missing.is_empty() {
+    }
+
+    /// `Ready` of a pod whose containers are ready: every readiness gate's condition must be True.
+    fn readiness_gates_condition(&self, pod: &Value) -> Value {
+        let gates_missing: Vec<String> = pod
+            .pointer("/spec/readinessGates")
+            .and_then(Value::as_array)
+            .map(|gates| {
+                gates
+                    .iter()
+                    .filter_map(|g| g["conditionType"].as_str())
+                    .filter(|t| self.old_condition(t).is_none_or(|c| c["status"] != "True"))
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if gates_missing.is_empty() {
+            return self.condition("Ready", true, None, None);
+        }
         let list = gates_missing
             .iter()
             .map(|g| {
@@ -167,35 +224,8 @@ pub(super) fn pod_status(run: &PodRun, pod: &Value, node_ip: &str) -> Value {
             })
             .collect::<Vec<_>>()
             .join(", ");
-        condition("Ready", false, Some("ReadinessGatesNotReady"), Some(list))
-    } else {
-        condition("Ready", true, None, None)
-    };
-    let ours = ["Initialized", "Ready", "ContainersReady", "PodScheduled"];
-    let mut conditions = vec![
-        condition("Initialized", true, None, None),
-        ready_cond,
-        containers_ready_cond,
-        condition("PodScheduled", true, None, None),
-    ];
-    if let Some(others) = old["conditions"].as_array() {
-        conditions.extend(
-            others
-                .iter()
-                .filter(|c| !ours.contains(&c["type"].as_str().unwrap_or("")))
-                .cloned(),
-        );
+        self.condition("Ready", false, Some("ReadinessGatesNotReady"), Some(list))
     }
-    let mut status = old.as_object().cloned().unwrap_or_default();
-    status.insert("phase".into(), json!(phase));
-    status.insert("conditions".into(), json!(conditions));
-    status.insert("containerStatuses".into(), json!(statuses));
-    status.insert("hostIP".into(), json!(node_ip));
-    status.insert("hostIPs".into(), json!([{"ip": node_ip}]));
-    status.insert("podIP".into(), json!(run.pod_ip));
-    status.insert("podIPs".into(), json!([{"ip": run.pod_ip}]));
-    status.insert("startTime".into(), json!(run.start_time));
-    Value::Object(status)
 }
 
 /// Writes the pod status if it changed; a conflict is retried against the latest pod.
