@@ -24,19 +24,17 @@
 //! - At start, containers left by an earlier run with the same node and labels are removed; at shutdown,
 //!   every container this runtime created is removed.
 
+mod environment;
 pub mod logs;
 pub mod probe;
+mod spec;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use base64::Engine as _;
 use bollard::Docker;
-use bollard::models::{
-    ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountType, NetworkingConfig,
-};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
     ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
@@ -52,8 +50,12 @@ use super::registry::Registries;
 use super::runtime::{ContainerRuntime, Exit, PullError, PulledImage};
 use crate::lock::MutexExt as _;
 use crate::meta;
-use crate::resource::GroupResource;
 use crate::store::{PodLogs, Store};
+
+pub use spec::container_name;
+
+use environment::environment;
+use spec::{container_labels, create_body, service_account_tar};
 
 /// The label with the node that created a container.
 pub const NODE_LABEL: &str = "kube-sim.node";
@@ -343,17 +345,6 @@ pub fn engine_domain(registries: &Registries, domain: &str) -> String {
     domain.to_string()
 }
 
-/// The container name `docker ps` shows for a pod container.
-pub fn container_name(pod: &Value, container: &str) -> String {
-    let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("");
-    format!(
-        "k8s_{container}_{}_{}_{}",
-        meta::name_of(pod),
-        meta::namespace_of(pod),
-        &uid[..uid.len().min(8)]
-    )
-}
-
 /// A message from an engine error: the daemon's own words when it sent some.
 fn engine_message(e: &bollard::errors::Error) -> String {
     match e {
@@ -473,97 +464,15 @@ impl ContainerRuntime for DockerRuntime {
             self.remove(&previous).await;
         }
         self.remove(&name).await;
-        let ns = meta::namespace_of(pod).to_string();
-        let service_account = meta::str_at(pod, "/spec/serviceAccountName")
-            .filter(|s| !s.is_empty())
-            .unwrap_or("default")
-            .to_string();
         let env = environment(&self.inner.store, pod, container, self.api())?;
-        let mut labels: HashMap<String, String> = self
-            .inner
-            .config
-            .labels
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        labels.insert(NODE_LABEL.into(), self.inner.node.clone());
-        labels.insert(NAMESPACE_LABEL.into(), ns.clone());
-        labels.insert(POD_LABEL.into(), meta::name_of(pod).to_string());
-        labels.insert(
-            UID_LABEL.into(),
-            meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string(),
+        let labels = container_labels(
+            &self.inner.config.labels,
+            &self.inner.node,
+            pod,
+            &container_name_in_pod,
         );
-        labels.insert(CONTAINER_LABEL.into(), container_name_in_pod.clone());
-        let ports: Vec<String> = container["ports"]
-            .as_array()
-            .map(|ps| {
-                ps.iter()
-                    .filter_map(|p| {
-                        let port = p["containerPort"].as_i64()?;
-                        let proto = p["protocol"].as_str().unwrap_or("TCP").to_lowercase();
-                        Some(format!("{port}/{proto}"))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let strings = |v: &Value| {
-            v.as_array().map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_string))
-                    .collect()
-            })
-        };
-        let hostname: String = meta::name_of(pod).chars().take(63).collect();
-        let security = |field: &str| {
-            container
-                .pointer(&format!("/securityContext/{field}"))
-                .or_else(|| pod.pointer(&format!("/spec/securityContext/{field}")))
-                .and_then(Value::as_i64)
-        };
-        let user = match (security("runAsUser"), security("runAsGroup")) {
-            (Some(u), Some(g)) => Some(format!("{u}:{g}")),
-            (Some(u), None) => Some(u.to_string()),
-            (None, _) => None,
-        };
-        let no_new_privileges = container
-            .pointer("/securityContext/allowPrivilegeEscalation")
-            .is_some_and(|v| v == false);
-        let body = ContainerCreateBody {
-            image: Some(run_ref),
-            hostname: Some(hostname),
-            entrypoint: strings(&container["command"]),
-            cmd: strings(&container["args"]),
-            env: Some(env),
-            working_dir: container["workingDir"].as_str().map(str::to_string),
-            labels: Some(labels),
-            exposed_ports: (!ports.is_empty()).then_some(ports),
-            user,
-            host_config: Some(HostConfig {
-                network_mode: Some(self.inner.config.network.clone()),
-                readonly_rootfs: container
-                    .pointer("/securityContext/readOnlyRootFilesystem")
-                    .and_then(Value::as_bool),
-                security_opt: no_new_privileges.then(|| vec!["no-new-privileges:true".to_string()]),
-                // The service-account files live in an anonymous volume, so they can be copied in
-                // before the start even when the root filesystem is read-only.
-                mounts: Some(vec![Mount {
-                    target: Some(format!("/{SERVICE_ACCOUNT_DIR}")),
-                    typ: Some(MountType::VOLUME),
-                    ..Mount::default()
-                }]),
-                ..HostConfig::default()
-            }),
-            networking_config: Some(NetworkingConfig {
-                endpoints_config: Some(HashMap::from([(
-                    self.inner.config.network.clone(),
-                    EndpointSettings {
-                        aliases: Some(vec![meta::name_of(pod).to_string()]),
-                        ..EndpointSettings::default()
-                    },
-                )])),
-            }),
-            ..ContainerCreateBody::default()
-        };
+        let network = &self.inner.config.network;
+        let body = create_body(pod, container, run_ref, env, labels, network);
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
         let created = self
             .inner
@@ -572,38 +481,9 @@ impl ContainerRuntime for DockerRuntime {
             .await
             .map_err(|e| format!("failed to create container {name}: {}", engine_message(&e)))?;
         let id = created.id;
-        let token = meta::random_hex(32);
-        let archive = service_account_tar(&token, &self.api().ca_pem, &ns)
-            .map_err(|e| format!("failed to pack the service-account files: {e}"))?;
-        self.inner.store.register_token(
-            &token,
-            &format!("system:serviceaccount:{ns}:{service_account}"),
-        );
         let ready = Arc::new(AtomicBool::new(false));
-        self.inner.containers.lock_unpoisoned().insert(
-            id.clone(),
-            Started {
-                token,
-                ip: None,
-                ready: ready.clone(),
-                probes: Vec::new(),
-            },
-        );
-        let upload = UploadToContainerOptionsBuilder::default()
-            .path(&format!("/{SERVICE_ACCOUNT_DIR}"))
-            .build();
-        if let Err(e) = self
-            .inner
-            .docker
-            .upload_to_container(&id, Some(upload), bollard::body_full(archive.into()))
-            .await
-        {
-            self.remove(&id).await;
-            return Err(format!(
-                "failed to copy the service-account files into {name}: {}",
-                engine_message(&e)
-            ));
-        }
+        self.install_service_account(pod, &id, &name, ready.clone())
+            .await?;
         if let Err(e) = self.inner.docker.start_container(&id, None).await {
             self.remove(&id).await;
             return Err(format!(
@@ -618,26 +498,9 @@ impl ContainerRuntime for DockerRuntime {
             .await
             .ok()
             .and_then(|c| c.network_settings?.networks)
-            .and_then(|n| n.get(&self.inner.config.network)?.ip_address.clone())
+            .and_then(|n| n.get(network)?.ip_address.clone())
             .filter(|ip| !ip.is_empty());
-        let target = probe::Target {
-            docker: self.inner.docker.clone(),
-            container_id: id.clone(),
-            ip: ip.clone(),
-            container: container.clone(),
-        };
-        let mut probes = Vec::new();
-        match container.get("readinessProbe") {
-            Some(spec) => probes.push(tokio::spawn(probe::readiness(
-                target.clone(),
-                spec.clone(),
-                ready.clone(),
-            ))),
-            None => ready.store(true, Ordering::SeqCst),
-        }
-        if let Some(spec) = container.get("livenessProbe") {
-            probes.push(tokio::spawn(probe::liveness(target, spec.clone())));
-        }
+        let probes = self.start_probes(&id, ip.clone(), container, &ready);
         if let Some(s) = self.inner.containers.lock_unpoisoned().get_mut(&id) {
             s.ip = ip;
             s.probes = probes;
@@ -771,6 +634,83 @@ impl DockerRuntime {
             tracing::debug!(container = %id, error = %e, "killing a pod container failed");
         }
     }
+
+    /// Registers a fresh service-account token for the created container `id` and copies the token, the
+    /// CA and the namespace into it; the container is removed when the copy fails.
+    async fn install_service_account(
+        &self,
+        pod: &Value,
+        id: &str,
+        name: &str,
+        ready: Arc<AtomicBool>,
+    ) -> Result<(), String> {
+        let ns = meta::namespace_of(pod).to_string();
+        let service_account = meta::str_at(pod, "/spec/serviceAccountName")
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default")
+            .to_string();
+        let token = meta::random_hex(32);
+        let archive = service_account_tar(&token, &self.api().ca_pem, &ns)
+            .map_err(|e| format!("failed to pack the service-account files: {e}"))?;
+        self.inner.store.register_token(
+            &token,
+            &format!("system:serviceaccount:{ns}:{service_account}"),
+        );
+        self.inner.containers.lock_unpoisoned().insert(
+            id.to_string(),
+            Started {
+                token,
+                ip: None,
+                ready,
+                probes: Vec::new(),
+            },
+        );
+        let upload = UploadToContainerOptionsBuilder::default()
+            .path(&format!("/{SERVICE_ACCOUNT_DIR}"))
+            .build();
+        if let Err(e) = self
+            .inner
+            .docker
+            .upload_to_container(id, Some(upload), bollard::body_full(archive.into()))
+            .await
+        {
+            self.remove(id).await;
+            return Err(format!(
+                "failed to copy the service-account files into {name}: {}",
+                engine_message(&e)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Starts the container's readiness probe (ready at once without one) and liveness probe.
+    fn start_probes(
+        &self,
+        id: &str,
+        ip: Option<String>,
+        container: &Value,
+        ready: &Arc<AtomicBool>,
+    ) -> Vec<JoinHandle<()>> {
+        let target = probe::Target {
+            docker: self.inner.docker.clone(),
+            container_id: id.to_string(),
+            ip,
+            container: container.clone(),
+        };
+        let mut probes = Vec::new();
+        match container.get("readinessProbe") {
+            Some(spec) => probes.push(tokio::spawn(probe::readiness(
+                target.clone(),
+                spec.clone(),
+                ready.clone(),
+            ))),
+            None => ready.store(true, Ordering::SeqCst),
+        }
+        if let Some(spec) = container.get("livenessProbe") {
+            probes.push(tokio::spawn(probe::liveness(target, spec.clone())));
+        }
+        probes
+    }
 }
 
 /// Runs the kubelet on a Docker engine until `shutdown` flips, then removes the pod containers.
@@ -787,156 +727,6 @@ pub async fn run(
     super::run_with(store, config, runtime.clone(), shutdown).await;
     let removed = runtime.remove_all().await;
     tracing::info!(removed, "removed pod containers at shutdown");
-}
-
-/// The container's environment: the API server's address, then `envFrom`, then `env` (later wins).
-fn environment(
-    store: &Store,
-    pod: &Value,
-    container: &Value,
-    api: &ApiAccess,
-) -> Result<Vec<String>, String> {
-    let ns = meta::namespace_of(pod);
-    let mut vars: Vec<(String, String)> = vec![
-        ("KUBERNETES_SERVICE_HOST".into(), api.host.clone()),
-        ("KUBERNETES_SERVICE_PORT".into(), api.port.to_string()),
-        ("KUBERNETES_SERVICE_PORT_HTTPS".into(), api.port.to_string()),
-        (
-            "KUBERNETES_PORT".into(),
-            format!("tcp://{}:{}", api.host, api.port),
-        ),
-    ];
-    let mut set = |k: String, v: String| {
-        vars.retain(|(name, _)| *name != k);
-        vars.push((k, v));
-    };
-    let data = |resource: &str, name: &str| -> Option<BTreeMap<String, String>> {
-        let obj = store
-            .get(&GroupResource::new("", resource), Some(ns), name)
-            .ok()?;
-        let mut out = BTreeMap::new();
-        if let Some(d) = obj["data"].as_object() {
-            for (k, v) in d {
-                let text = v.as_str().unwrap_or("");
-                let value = if resource == "secrets" {
-                    base64::engine::general_purpose::STANDARD
-                        .decode(text)
-                        .ok()
-                        .map(|b| String::from_utf8_lossy(&b).into_owned())
-                        .unwrap_or_default()
-                } else {
-                    text.to_string()
-                };
-                out.insert(k.clone(), value);
-            }
-        }
-        if let Some(d) = obj["stringData"].as_object() {
-            for (k, v) in d {
-                out.insert(k.clone(), v.as_str().unwrap_or("").to_string());
-            }
-        }
-        Some(out)
-    };
-    if let Some(from) = container["envFrom"].as_array() {
-        for e in from {
-            let prefix = e["prefix"].as_str().unwrap_or("");
-            for (field, resource) in [("configMapRef", "configmaps"), ("secretRef", "secrets")] {
-                let Some(src) = e.get(field) else { continue };
-                let name = src["name"].as_str().unwrap_or("");
-                match data(resource, name) {
-                    Some(values) => {
-                        for (k, v) in values {
-                            set(format!("{prefix}{k}"), v);
-                        }
-                    }
-                    None if src["optional"] == true => {}
-                    None => return Err(format!("{resource} \"{name}\" not found")),
-                }
-            }
-        }
-    }
-    if let Some(env) = container["env"].as_array() {
-        for e in env {
-            let name = e["name"].as_str().unwrap_or("").to_string();
-            if let Some(v) = e["value"].as_str() {
-                set(name, v.to_string());
-                continue;
-            }
-            let Some(from) = e.get("valueFrom") else {
-                set(name, String::new());
-                continue;
-            };
-            if let Some(path) = from.pointer("/fieldRef/fieldPath").and_then(Value::as_str) {
-                let value = match path {
-                    "metadata.name" => meta::name_of(pod).to_string(),
-                    "metadata.namespace" => ns.to_string(),
-                    "metadata.uid" => meta::str_at(pod, "/metadata/uid").unwrap_or("").into(),
-                    "spec.nodeName" => meta::str_at(pod, "/spec/nodeName").unwrap_or("").into(),
-                    "spec.serviceAccountName" => meta::str_at(pod, "/spec/serviceAccountName")
-                        .unwrap_or("default")
-                        .into(),
-                    // Docker assigns the address at the start, so a container sees the pod IP an
-                    // earlier container of the pod got (after a restart, or for a second container).
-                    "status.podIP" => meta::str_at(pod, "/status/podIP").unwrap_or("").into(),
-                    "status.hostIP" => meta::str_at(pod, "/status/hostIP").unwrap_or("").into(),
-                    other => {
-                        let label = other
-                            .strip_prefix("metadata.labels['")
-                            .map(|l| ("labels", l))
-                            .or_else(|| {
-                                other
-                                    .strip_prefix("metadata.annotations['")
-                                    .map(|a| ("annotations", a))
-                            });
-                        match label {
-                            Some((field, key)) => pod["metadata"][field]
-                                [key.trim_end_matches("']")]
-                            .as_str()
-                            .unwrap_or("")
-                            .to_string(),
-                            None => String::new(),
-                        }
-                    }
-                };
-                set(name, value);
-                continue;
-            }
-            for (field, resource) in [
-                ("configMapKeyRef", "configmaps"),
-                ("secretKeyRef", "secrets"),
-            ] {
-                let Some(src) = from.get(field) else { continue };
-                let obj = src["name"].as_str().unwrap_or("");
-                let key = src["key"].as_str().unwrap_or("");
-                match data(resource, obj).and_then(|d| d.get(key).cloned()) {
-                    Some(v) => set(name.clone(), v),
-                    None if src["optional"] == true => {}
-                    None => {
-                        return Err(format!("couldn't find key {key} in {resource} {ns}/{obj}"));
-                    }
-                }
-            }
-        }
-    }
-    Ok(vars.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
-}
-
-/// A tar of the service-account directory's files: `token`, `ca.crt` and `namespace`, readable by any user
-/// the container runs as.
-fn service_account_tar(token: &str, ca_pem: &str, namespace: &str) -> std::io::Result<Vec<u8>> {
-    let mut builder = tar::Builder::new(Vec::new());
-    for (name, contents) in [
-        ("token", token),
-        ("ca.crt", ca_pem),
-        ("namespace", namespace),
-    ] {
-        let mut header = tar::Header::new_gnu();
-        header.set_mode(0o644);
-        header.set_size(contents.len() as u64);
-        header.set_cksum();
-        builder.append_data(&mut header, name, contents.as_bytes())?;
-    }
-    builder.into_inner()
 }
 
 #[cfg(test)]
