@@ -135,6 +135,97 @@ impl Config {
     }
 }
 
+/// The host of the server URL: `127.0.0.1` for an unspecified address, IPv6 in brackets.
+fn url_host(addr: SocketAddr) -> String {
+    let host = if addr.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        addr.ip().to_string()
+    };
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    }
+}
+
+/// The TLS acceptor and the CA certificate (PEM) when serving HTTPS: a fresh CA, and a serving certificate
+/// for the configured names and the listen address.
+fn tls_setup(
+    config: &Config,
+    addr: SocketAddr,
+) -> Result<(Option<tokio_rustls::TlsAcceptor>, Option<String>), Error> {
+    if config.tls {
+        let mut sans = config.tls_sans.clone();
+        if !addr.ip().is_unspecified() {
+            sans.push(addr.ip().to_string());
+        }
+        let certs = tls::generate(&sans)?;
+        let server_config = tls::server_config(&certs)?;
+        Ok((
+            Some(tokio_rustls::TlsAcceptor::from(server_config)),
+            Some(certs.ca_pem),
+        ))
+    } else {
+        Ok((None, None))
+    }
+}
+
+/// Where the kubeconfig goes: the configured path, or a temporary directory kept while the simulator runs.
+fn kubeconfig_location(config: &Config) -> Result<(Option<tempfile::TempDir>, PathBuf), Error> {
+    Ok(match &config.kubeconfig_out {
+        Some(p) => (None, p.clone()),
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix("kube-sim-")
+                .tempdir()
+                .map_err(Error::TempDir)?;
+            let path = dir.path().join("kubeconfig.yaml");
+            (Some(dir), path)
+        }
+    })
+}
+
+/// Starts the kubelet on a Docker engine: pods reach the API server at the configured address or the
+/// listen address (the node's name when listening on all addresses), and the node's IP is its container's.
+async fn start_docker_kubelet(
+    store: &Store,
+    docker: &kubelet::docker::DockerConfig,
+    mut kubelet_config: kubelet::Config,
+    addr: SocketAddr,
+    ca_pem: String,
+    shutdown_rx: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, Error> {
+    let api = kubelet::docker::ApiAccess {
+        host: docker.api_host.clone().unwrap_or_else(|| {
+            if addr.ip().is_unspecified() {
+                kubelet_config.node_name.clone()
+            } else {
+                addr.ip().to_string()
+            }
+        }),
+        port: docker.api_port.unwrap_or(addr.port()),
+        ca_pem,
+    };
+    let runtime = kubelet::docker::DockerRuntime::new(
+        store.clone(),
+        &kubelet_config.node_name,
+        docker.clone(),
+        api,
+        kubelet_config.registries.clone(),
+    )
+    .await?;
+    if let Some(ip) = runtime.address_of(&kubelet_config.node_name).await {
+        kubelet_config.node_ip = ip;
+    }
+    Ok(tokio::spawn(kubelet::docker::run(
+        store.clone(),
+        kubelet_config,
+        runtime,
+        shutdown_rx,
+    )))
+}
+
 /// The name of the simulated node unless configured otherwise.
 pub const NODE_NAME: &str = "kube-sim";
 
@@ -169,46 +260,14 @@ impl Sim {
             addr: config.listen,
             source,
         })?;
-        let host = if addr.ip().is_unspecified() {
-            "127.0.0.1".to_string()
-        } else {
-            addr.ip().to_string()
-        };
-        let host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host
-        };
+        let host = url_host(addr);
         let scheme = if config.tls { "https" } else { "http" };
         let url = format!("{scheme}://{host}:{}", addr.port());
         let token = config.token.clone().unwrap_or_else(|| meta::random_hex(24));
 
-        let (tls_acceptor, ca_pem) = if config.tls {
-            let mut sans = config.tls_sans.clone();
-            if !addr.ip().is_unspecified() {
-                sans.push(addr.ip().to_string());
-            }
-            let certs = tls::generate(&sans)?;
-            let server_config = tls::server_config(&certs)?;
-            (
-                Some(tokio_rustls::TlsAcceptor::from(server_config)),
-                Some(certs.ca_pem),
-            )
-        } else {
-            (None, None)
-        };
+        let (tls_acceptor, ca_pem) = tls_setup(&config, addr)?;
 
-        let (tempdir, kubeconfig_path) = match &config.kubeconfig_out {
-            Some(p) => (None, p.clone()),
-            None => {
-                let dir = tempfile::Builder::new()
-                    .prefix("kube-sim-")
-                    .tempdir()
-                    .map_err(Error::TempDir)?;
-                let path = dir.path().join("kubeconfig.yaml");
-                (Some(dir), path)
-            }
-        };
+        let (tempdir, kubeconfig_path) = kubeconfig_location(&config)?;
         let server_url = config
             .kubeconfig_server
             .clone()
@@ -254,42 +313,22 @@ impl Sim {
                 shutdown_rx.clone(),
             ))),
             KubeletBackend::Docker(docker) => {
-                let api = kubelet::docker::ApiAccess {
-                    host: docker.api_host.clone().unwrap_or_else(|| {
-                        if addr.ip().is_unspecified() {
-                            kubelet_config.node_name.clone()
-                        } else {
-                            addr.ip().to_string()
-                        }
-                    }),
-                    port: docker.api_port.unwrap_or(addr.port()),
-                    ca_pem: ca_pem.clone().unwrap_or_default(),
-                };
-                let runtime = kubelet::docker::DockerRuntime::new(
-                    store.clone(),
-                    &kubelet_config.node_name,
-                    docker.clone(),
-                    api,
-                    kubelet_config.registries.clone(),
+                let started = start_docker_kubelet(
+                    &store,
+                    docker,
+                    kubelet_config,
+                    addr,
+                    ca_pem.clone().unwrap_or_default(),
+                    shutdown_rx.clone(),
                 )
                 .await;
-                let runtime = match runtime {
-                    Ok(r) => r,
+                match started {
+                    Ok(task) => tasks.push(task),
                     Err(e) => {
                         let _ = shutdown.send(true);
-                        return Err(e.into());
+                        return Err(e);
                     }
-                };
-                let mut kubelet_config = kubelet_config;
-                if let Some(ip) = runtime.address_of(&kubelet_config.node_name).await {
-                    kubelet_config.node_ip = ip;
                 }
-                tasks.push(tokio::spawn(kubelet::docker::run(
-                    store.clone(),
-                    kubelet_config,
-                    runtime,
-                    shutdown_rx.clone(),
-                )));
             }
         }
         tracing::info!(%url, kubeconfig = %kubeconfig_path.display(), "kube-sim is serving");
