@@ -171,9 +171,28 @@ fn tls_setup(
     }
 }
 
-/// Where the kubeconfig goes: the configured path, or a temporary directory kept while the simulator runs.
-fn kubeconfig_location(config: &Config) -> Result<(Option<tempfile::TempDir>, PathBuf), Error> {
-    Ok(match &config.kubeconfig_out {
+/// Binds the listen address; the result has the port picked for port 0.
+async fn bind(listen: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), Error> {
+    let bind_error = |source| Error::Bind {
+        addr: listen,
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(bind_error)?;
+    let addr = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, addr))
+}
+
+/// Writes the kubeconfig for `url` (or the configured server URL) to the configured path, or into a
+/// temporary directory kept while the simulator runs; returns that directory and the file's path.
+fn write_kubeconfig(
+    config: &Config,
+    url: &str,
+    ca_pem: Option<&str>,
+    token: &str,
+) -> Result<(Option<tempfile::TempDir>, PathBuf), Error> {
+    let (tempdir, path) = match &config.kubeconfig_out {
         Some(p) => (None, p.clone()),
         None => {
             let dir = tempfile::Builder::new()
@@ -183,19 +202,32 @@ fn kubeconfig_location(config: &Config) -> Result<(Option<tempfile::TempDir>, Pa
             let path = dir.path().join("kubeconfig.yaml");
             (Some(dir), path)
         }
-    })
+    };
+    let server_url = config.kubeconfig_server.as_deref().unwrap_or(url);
+    kubeconfig::write_private(&path, &kubeconfig::render(server_url, ca_pem, token))?;
+    Ok((tempdir, path))
 }
 
-/// Starts the kubelet on a Docker engine: pods reach the API server at the configured address or the
+/// Starts the kubelet. On a Docker engine, pods reach the API server at the configured address or the
 /// listen address (the node's name when listening on all addresses), and the node's IP is its container's.
-async fn start_docker_kubelet(
+async fn start_kubelet(
     store: &Store,
-    docker: &kubelet::docker::DockerConfig,
+    backend: &KubeletBackend,
     mut kubelet_config: kubelet::Config,
     addr: SocketAddr,
     ca_pem: String,
     shutdown_rx: watch::Receiver<bool>,
 ) -> Result<JoinHandle<()>, Error> {
+    let docker = match backend {
+        KubeletBackend::Virtual => {
+            return Ok(tokio::spawn(kubelet::run(
+                store.clone(),
+                kubelet_config,
+                shutdown_rx,
+            )));
+        }
+        KubeletBackend::Docker(docker) => docker,
+    };
     let api = kubelet::docker::ApiAccess {
         host: docker.api_host.clone().unwrap_or_else(|| {
             if addr.ip().is_unspecified() {
@@ -250,16 +282,7 @@ impl Sim {
             Some(path) => config.kubelet.clone().with_registries_file(path)?,
             None => config.kubelet.clone(),
         };
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| Error::Bind {
-                addr: config.listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| Error::Bind {
-            addr: config.listen,
-            source,
-        })?;
+        let (listener, addr) = bind(config.listen).await?;
         let host = url_host(addr);
         let scheme = if config.tls { "https" } else { "http" };
         let url = format!("{scheme}://{host}:{}", addr.port());
@@ -267,15 +290,8 @@ impl Sim {
 
         let (tls_acceptor, ca_pem) = tls_setup(&config, addr)?;
 
-        let (tempdir, kubeconfig_path) = kubeconfig_location(&config)?;
-        let server_url = config
-            .kubeconfig_server
-            .clone()
-            .unwrap_or_else(|| url.clone());
-        kubeconfig::write_private(
-            &kubeconfig_path,
-            &kubeconfig::render(&server_url, ca_pem.as_deref(), &token),
-        )?;
+        let (tempdir, kubeconfig_path) =
+            write_kubeconfig(&config, &url, ca_pem.as_deref(), &token)?;
 
         let store = Store::new(store::StoreConfig {
             history: config.watch_history,
@@ -288,7 +304,7 @@ impl Sim {
             bookmark_interval: config.bookmark_interval,
             shutdown: shutdown_rx.clone(),
         });
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(machinery::run_crd_controller(
                 store.clone(),
                 config.crd_establish_delay,
@@ -305,30 +321,20 @@ impl Sim {
             )),
             tokio::spawn(server::serve(listener, tls_acceptor, state)),
         ];
-        let mut tasks = tasks;
-        match &config.kubelet_backend {
-            KubeletBackend::Virtual => tasks.push(tokio::spawn(kubelet::run(
-                store.clone(),
-                kubelet_config,
-                shutdown_rx.clone(),
-            ))),
-            KubeletBackend::Docker(docker) => {
-                let started = start_docker_kubelet(
-                    &store,
-                    docker,
-                    kubelet_config,
-                    addr,
-                    ca_pem.clone().unwrap_or_default(),
-                    shutdown_rx.clone(),
-                )
-                .await;
-                match started {
-                    Ok(task) => tasks.push(task),
-                    Err(e) => {
-                        let _ = shutdown.send(true);
-                        return Err(e);
-                    }
-                }
+        let kubelet = start_kubelet(
+            &store,
+            &config.kubelet_backend,
+            kubelet_config,
+            addr,
+            ca_pem.clone().unwrap_or_default(),
+            shutdown_rx,
+        )
+        .await;
+        match kubelet {
+            Ok(task) => tasks.push(task),
+            Err(e) => {
+                let _ = shutdown.send(true);
+                return Err(e);
             }
         }
         tracing::info!(%url, kubeconfig = %kubeconfig_path.display(), "kube-sim is serving");
