@@ -32,50 +32,7 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
         terminate(&k, &pod, &mut Vec::new()).await;
         return;
     }
-    let ip = k.next_ip.fetch_add(1, Ordering::Relaxed);
-    let mut run = PodRun {
-        uid: meta::str_at(&pod, "/metadata/uid")
-            .unwrap_or("")
-            .to_string(),
-        namespace: meta::namespace_of(&pod).to_string(),
-        name: meta::name_of(&pod).to_string(),
-        // A real runtime reports the address the network gives the container at its start.
-        pod_ip: if k.runtime.is_real() {
-            String::new()
-        } else {
-            format!("{}.{}", k.config.pod_network, ip % 250 + 2)
-        },
-        start_time: meta::now_rfc3339(),
-        containers: pod
-            .pointer("/spec/containers")
-            .and_then(Value::as_array)
-            .map(|cs| {
-                cs.iter()
-                    .map(|c| Container {
-                        spec: c.clone(),
-                        name: c["name"].as_str().unwrap_or("").to_string(),
-                        stage: Stage::Creating,
-                        next: None,
-                        pulled: None,
-                        created: false,
-                        container_id: None,
-                        ready: false,
-                        ready_at: None,
-                        restart_count: 0,
-                        pull_failures: 0,
-                        last_terminated: None,
-                        waiter: None,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default(),
-        restart_policy: meta::str_at(&pod, "/spec/restartPolicy")
-            .unwrap_or("Always")
-            .to_string(),
-        volumes_ready: false,
-        volumes_next: Some(Instant::now()),
-        mount_failure_reported: false,
-    };
+    let mut run = new_run(&k, &pod);
     let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(usize, String, runtime::Exit)>();
     write_status(&k, &run, &pod);
     loop {
@@ -113,6 +70,52 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
     }
 }
 
+/// The run of a pod that is starting: its IP, start time and containers, none created yet.
+fn new_run<R: ContainerRuntime>(k: &Kubelet<R>, pod: &Value) -> PodRun {
+    let ip = k.next_ip.fetch_add(1, Ordering::Relaxed);
+    PodRun {
+        uid: meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string(),
+        namespace: meta::namespace_of(pod).to_string(),
+        name: meta::name_of(pod).to_string(),
+        // A real runtime reports the address the network gives the container at its start.
+        pod_ip: if k.runtime.is_real() {
+            String::new()
+        } else {
+            format!("{}.{}", k.config.pod_network, ip % 250 + 2)
+        },
+        start_time: meta::now_rfc3339(),
+        containers: pod
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| Container {
+                        spec: c.clone(),
+                        name: c["name"].as_str().unwrap_or("").to_string(),
+                        stage: Stage::Creating,
+                        next: None,
+                        pulled: None,
+                        created: false,
+                        container_id: None,
+                        ready: false,
+                        ready_at: None,
+                        restart_count: 0,
+                        pull_failures: 0,
+                        last_terminated: None,
+                        waiter: None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        restart_policy: meta::str_at(pod, "/spec/restartPolicy")
+            .unwrap_or("Always")
+            .to_string(),
+        volumes_ready: false,
+        volumes_next: Some(Instant::now()),
+        mount_failure_reported: false,
+    }
+}
+
 pub(super) async fn wait_for_deletion(rx: &mut watch::Receiver<Value>) {
     loop {
         if rx.borrow().pointer("/metadata/deletionTimestamp").is_some() {
@@ -132,31 +135,8 @@ pub(super) async fn step<R: ContainerRuntime>(
     exit_tx: &mpsc::UnboundedSender<(usize, String, runtime::Exit)>,
 ) {
     let now = Instant::now();
-    if !run.volumes_ready {
-        if run.volumes_next.is_some_and(|t| t > now) {
-            return;
-        }
-        match missing_volume_source(&k.store, pod) {
-            None => {
-                run.volumes_ready = true;
-                run.volumes_next = None;
-            }
-            Some(what) => {
-                tracing::debug!(pod = %run.name, %what, "waiting for a volume source");
-                if !run.mount_failure_reported {
-                    event(
-                        k,
-                        run,
-                        "Warning",
-                        "FailedMount",
-                        &format!("MountVolume.SetUp failed: {what}"),
-                    );
-                    run.mount_failure_reported = true;
-                }
-                run.volumes_next = Some(now + k.config.backoff_base);
-                return;
-            }
-        }
+    if !run.volumes_ready && !check_volumes(k, run, pod, now) {
+        return;
     }
     for i in 0..run.containers.len() {
         let now = Instant::now();
@@ -206,6 +186,41 @@ pub(super) async fn step<R: ContainerRuntime>(
             Stage::InvalidName { .. } | Stage::Running { .. } | Stage::Terminated => {
                 c.next = None;
             }
+        }
+    }
+}
+
+/// Whether the pod's volume sources exist; while one is missing, a `FailedMount` event (once) and another
+/// look after the back-off.
+fn check_volumes<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    pod: &Value,
+    now: Instant,
+) -> bool {
+    if run.volumes_next.is_some_and(|t| t > now) {
+        return false;
+    }
+    match missing_volume_source(&k.store, pod) {
+        None => {
+            run.volumes_ready = true;
+            run.volumes_next = None;
+            true
+        }
+        Some(what) => {
+            tracing::debug!(pod = %run.name, %what, "waiting for a volume source");
+            if !run.mount_failure_reported {
+                event(
+                    k,
+                    run,
+                    "Warning",
+                    "FailedMount",
+                    &format!("MountVolume.SetUp failed: {what}"),
+                );
+                run.mount_failure_reported = true;
+            }
+            run.volumes_next = Some(now + k.config.backoff_base);
+            false
         }
     }
 }
