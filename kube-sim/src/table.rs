@@ -52,17 +52,7 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
     let name = col("Name", "string", 0);
     let age = col("Age", "string", 0);
     if info.is_custom() {
-        let custom = info.printer_columns(version);
-        if custom.is_empty() {
-            return vec![name, age];
-        }
-        let mut cols = vec![name];
-        cols.extend(custom.iter().map(|c| Column {
-            name: c.name.clone(),
-            kind: c.type_.clone(),
-            priority: c.priority,
-        }));
-        return cols;
+        return custom_columns(info, version, name, age);
     }
     match (info.group.as_str(), info.plural.as_str()) {
         ("", "pods") => vec![
@@ -131,6 +121,21 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
         }
         _ => vec![name, age],
     }
+}
+
+/// A custom resource's columns: its printer columns, or the name and age when it has none.
+fn custom_columns(info: &ResourceInfo, version: &str, name: Column, age: Column) -> Vec<Column> {
+    let custom = info.printer_columns(version);
+    if custom.is_empty() {
+        return vec![name, age];
+    }
+    let mut cols = vec![name];
+    cols.extend(custom.iter().map(|c| Column {
+        name: c.name.clone(),
+        kind: c.type_.clone(),
+        priority: c.priority,
+    }));
+    cols
 }
 
 fn s<'a>(v: &'a Value, pointer: &str) -> &'a str {

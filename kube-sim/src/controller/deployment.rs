@@ -139,28 +139,33 @@ pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) 
             .await;
         }
     };
-    let worker = {
-        let queue = queue.clone();
-        let mut shutdown = shutdown.clone();
-        async move {
-            loop {
-                let key = tokio::select! {
-                    k = queue.next() => k,
-                    _ = shutdown.wait_for(|s| *s) => return,
-                };
-                match sync(&store, &key) {
-                    Ok(Some(after)) => queue.add_after(key, after),
-                    Ok(None) => {}
-                    Err(e) if e.is_conflict() => queue.add_after(key, delay),
-                    Err(e) => {
-                        tracing::warn!(namespace = %key.namespace, deployment = %key.name, error = %e, "sync failed; retrying");
-                        queue.add_after(key, delay.max(Duration::from_millis(200)));
-                    }
-                }
+    let worker = work(store, queue, delay, shutdown);
+    tokio::join!(deployment_events, rs_events, pod_events, worker);
+}
+
+/// Syncs queued Deployments until shutdown; a sync is queued again when it asks to be, after a conflict,
+/// or (logged) after a failure.
+async fn work(
+    store: Store,
+    queue: Queue<Key>,
+    delay: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let key = tokio::select! {
+            k = queue.next() => k,
+            _ = shutdown.wait_for(|s| *s) => return,
+        };
+        match sync(&store, &key) {
+            Ok(Some(after)) => queue.add_after(key, after),
+            Ok(None) => {}
+            Err(e) if e.is_conflict() => queue.add_after(key, delay),
+            Err(e) => {
+                tracing::warn!(namespace = %key.namespace, deployment = %key.name, error = %e, "sync failed; retrying");
+                queue.add_after(key, delay.max(Duration::from_millis(200)));
             }
         }
-    };
-    tokio::join!(deployment_events, rs_events, pod_events, worker);
+    }
 }
 
 fn owner_key(obj: &Value, owner: &Value) -> Key {
