@@ -81,6 +81,28 @@ struct Shared {
     config: StoreConfig,
 }
 
+impl State {
+    /// The description of a served resource.
+    fn info(&self, gr: &GroupResource) -> Result<Arc<ResourceInfo>> {
+        self.resources
+            .get(gr)
+            .cloned()
+            .ok_or(Error::ResourceNotFound)
+    }
+
+    /// The stored object under `key`.
+    fn stored(&self, gr: &GroupResource, key: &Key) -> Result<Arc<Value>> {
+        self.objects
+            .get(gr)
+            .and_then(|m| m.get(key))
+            .cloned()
+            .ok_or_else(|| Error::NotFound {
+                resource: gr.clone(),
+                name: key.1.clone(),
+            })
+    }
+}
+
 /// The object store. Clones share the same data.
 #[derive(Clone)]
 pub struct Store {
@@ -206,11 +228,7 @@ impl Store {
 
     /// The description of a served resource.
     pub fn resource(&self, gr: &GroupResource) -> Result<Arc<ResourceInfo>> {
-        self.lock()
-            .resources
-            .get(gr)
-            .cloned()
-            .ok_or(Error::ResourceNotFound)
+        self.lock().info(gr)
     }
 
     /// Every served resource.
@@ -254,20 +272,9 @@ impl Store {
     /// Reads one object.
     pub fn get(&self, gr: &GroupResource, namespace: Option<&str>, name: &str) -> Result<Value> {
         let st = self.lock();
-        let info = st
-            .resources
-            .get(gr)
-            .cloned()
-            .ok_or(Error::ResourceNotFound)?;
+        let info = st.info(gr)?;
         let key = (scope_ns(&info, namespace), name.to_string());
-        st.objects
-            .get(gr)
-            .and_then(|m| m.get(&key))
-            .map(|v| (**v).clone())
-            .ok_or_else(|| Error::NotFound {
-                resource: gr.clone(),
-                name: name.to_string(),
-            })
+        Ok((*st.stored(gr, &key)?).clone())
     }
 
     /// Reads one object as a `k8s-openapi` type.

@@ -28,11 +28,7 @@ impl Store {
     ) -> Result<Value> {
         let manager = opts.field_manager.as_deref().unwrap_or("kube-sim");
         let mut st = self.lock();
-        let info = st
-            .resources
-            .get(gr)
-            .cloned()
-            .ok_or(Error::ResourceNotFound)?;
+        let info = st.info(gr)?;
         let (obj, _warnings) = self.prepare_create(
             &mut st,
             &info,

@@ -22,21 +22,9 @@ impl Store {
         opts: &DeleteOptions,
     ) -> Result<Deleted> {
         let mut st = self.lock();
-        let info = st
-            .resources
-            .get(gr)
-            .cloned()
-            .ok_or(Error::ResourceNotFound)?;
+        let info = st.info(gr)?;
         let key = (scope_ns(&info, namespace), name.to_string());
-        let old = st
-            .objects
-            .get(gr)
-            .and_then(|m| m.get(&key))
-            .cloned()
-            .ok_or_else(|| Error::NotFound {
-                resource: gr.clone(),
-                name: name.to_string(),
-            })?;
+        let old = st.stored(gr, &key)?;
         check_delete_preconditions(gr, name, &old, opts)?;
         if opts.propagation_policy.as_deref() == Some("Orphan")
             && !opts.dry_run

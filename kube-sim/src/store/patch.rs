@@ -41,11 +41,7 @@ impl Store {
         let endpoint = patch_endpoint(subresource, patch, opts)?;
         let manager = opts.field_manager.as_deref().unwrap_or("kube-sim");
         let mut st = self.lock();
-        let info = st
-            .resources
-            .get(gr)
-            .cloned()
-            .ok_or(Error::ResourceNotFound)?;
+        let info = st.info(gr)?;
         if matches!(patch, Patch::Strategic(_)) && info.is_custom() {
             return Err(Error::UnsupportedMediaType(
                 "the body of the request was in an unknown format - accepted media types include: \

@@ -102,21 +102,9 @@ impl Store {
             return Err(Error::BadRequest("name is required for update".to_string()));
         }
         let st = self.lock();
-        let info = st
-            .resources
-            .get(gr)
-            .cloned()
-            .ok_or(Error::ResourceNotFound)?;
+        let info = st.info(gr)?;
         let key = (scope_ns(&info, namespace), name.clone());
-        let old = st
-            .objects
-            .get(gr)
-            .and_then(|m| m.get(&key))
-            .cloned()
-            .ok_or_else(|| Error::NotFound {
-                resource: gr.clone(),
-                name: name.clone(),
-            })?;
+        let old = st.stored(gr, &key)?;
         if let Some(rv) = meta::str_at(&obj, "/metadata/resourceVersion").filter(|s| !s.is_empty())
             && Some(rv) != meta::str_at(&old, "/metadata/resourceVersion")
         {
