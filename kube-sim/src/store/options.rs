@@ -1,4 +1,4 @@
-//! The options of reads and writes, their results, and the store's tuning.
+//! The options of reads and writes, their results, the source of pod logs, and the store's tuning.
 
 use serde_json::Value;
 
