@@ -9,94 +9,109 @@ use crate::meta::child_map;
 pub fn apply(group: &str, resource: &str, obj: &mut Value) {
     let Value::Object(root) = obj else { return };
     match (group, resource) {
-        ("apps", "deployments") => {
-            let spec = child_map(root, "spec");
-            set_default(spec, "replicas", json!(1));
-            set_default(spec, "revisionHistoryLimit", json!(10));
-            set_default(spec, "progressDeadlineSeconds", json!(600));
-            let strategy = child_map(spec, "strategy");
-            set_default(strategy, "type", json!("RollingUpdate"));
-            if strategy.get("type") == Some(&json!("RollingUpdate")) {
-                let ru = child_map(strategy, "rollingUpdate");
-                set_default(ru, "maxSurge", json!("25%"));
-                set_default(ru, "maxUnavailable", json!("25%"));
-            }
-            template_defaults(spec);
-        }
+        ("apps", "deployments") => deployment_defaults(root),
         ("apps", "replicasets") => {
             let spec = child_map(root, "spec");
             set_default(spec, "replicas", json!(1));
             template_defaults(spec);
         }
-        ("", "pods") => {
-            let spec = child_map(root, "spec");
-            pod_spec_defaults(spec);
-            set_default(spec, "enableServiceLinks", json!(true));
-            set_default(spec, "serviceAccountName", json!("default"));
-            set_default(spec, "serviceAccount", json!("default"));
-            set_default(spec, "priority", json!(0));
-            set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
-            let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
-            if let Value::Array(list) = tolerations {
-                for key in [
-                    "node.kubernetes.io/not-ready",
-                    "node.kubernetes.io/unreachable",
-                ] {
-                    if !list.iter().any(|t| t.get("key") == Some(&json!(key))) {
-                        list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
-                    }
-                }
-            }
-        }
-        ("", "services") => {
-            let spec = child_map(root, "spec");
-            set_default(spec, "type", json!("ClusterIP"));
-            set_default(spec, "sessionAffinity", json!("None"));
-            set_default(spec, "internalTrafficPolicy", json!("Cluster"));
-            if let Some(Value::Array(ports)) = spec.get_mut("ports") {
-                for p in ports.iter_mut().filter_map(Value::as_object_mut) {
-                    set_default(p, "protocol", json!("TCP"));
-                    if let Some(port) = p.get("port").cloned() {
-                        set_default(p, "targetPort", port);
-                    }
-                }
-            }
-            let status = child_map(root, "status");
-            child_map(status, "loadBalancer");
-        }
-        ("", "namespaces") => {
-            let spec = child_map(root, "spec");
-            set_default(spec, "finalizers", json!(["kubernetes"]));
-            let status = child_map(root, "status");
-            set_default(status, "phase", json!("Active"));
-            let name = root.get("metadata").and_then(|m| m.get("name")).cloned();
-            if let Some(name) = name {
-                let md = child_map(root, "metadata");
-                let labels = child_map(md, "labels");
-                labels.insert("kubernetes.io/metadata.name".into(), name);
-            }
-        }
+        ("", "pods") => pod_defaults(root),
+        ("", "services") => service_defaults(root),
+        ("", "namespaces") => namespace_defaults(root),
         ("", "secrets") => {
             set_default(root, "type", json!("Opaque"));
         }
-        ("apiextensions.k8s.io", "customresourcedefinitions") => {
-            let spec = child_map(root, "spec");
-            let conversion = child_map(spec, "conversion");
-            set_default(conversion, "strategy", json!("None"));
-            let names = spec.get("names").cloned();
-            if let Some(Value::Object(mut names)) = names {
-                if let Some(kind) = names
-                    .get("kind")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-                {
-                    set_default(&mut names, "singular", json!(kind.to_lowercase()));
-                    set_default(&mut names, "listKind", json!(format!("{kind}List")));
-                }
-                spec.insert("names".into(), Value::Object(names));
+        ("apiextensions.k8s.io", "customresourcedefinitions") => crd_defaults(root),
+        _ => {}
+    }
+}
+
+/// A Deployment: replicas, history, progress deadline, the rolling-update strategy, and its template.
+fn deployment_defaults(root: &mut Map<String, Value>) {
+    let spec = child_map(root, "spec");
+    set_default(spec, "replicas", json!(1));
+    set_default(spec, "revisionHistoryLimit", json!(10));
+    set_default(spec, "progressDeadlineSeconds", json!(600));
+    let strategy = child_map(spec, "strategy");
+    set_default(strategy, "type", json!("RollingUpdate"));
+    if strategy.get("type") == Some(&json!("RollingUpdate")) {
+        let ru = child_map(strategy, "rollingUpdate");
+        set_default(ru, "maxSurge", json!("25%"));
+        set_default(ru, "maxUnavailable", json!("25%"));
+    }
+    template_defaults(spec);
+}
+
+/// A pod: its spec, service account, priority, service links, and the not-ready and unreachable tolerations.
+fn pod_defaults(root: &mut Map<String, Value>) {
+    let spec = child_map(root, "spec");
+    pod_spec_defaults(spec);
+    set_default(spec, "enableServiceLinks", json!(true));
+    set_default(spec, "serviceAccountName", json!("default"));
+    set_default(spec, "serviceAccount", json!("default"));
+    set_default(spec, "priority", json!(0));
+    set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+    let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
+    if let Value::Array(list) = tolerations {
+        for key in [
+            "node.kubernetes.io/not-ready",
+            "node.kubernetes.io/unreachable",
+        ] {
+            if !list.iter().any(|t| t.get("key") == Some(&json!(key))) {
+                list.push(json!({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
             }
         }
-        _ => {}
+    }
+}
+
+/// A Service: type, session affinity, traffic policy, port protocols and target ports, and an empty load-balancer status.
+fn service_defaults(root: &mut Map<String, Value>) {
+    let spec = child_map(root, "spec");
+    set_default(spec, "type", json!("ClusterIP"));
+    set_default(spec, "sessionAffinity", json!("None"));
+    set_default(spec, "internalTrafficPolicy", json!("Cluster"));
+    if let Some(Value::Array(ports)) = spec.get_mut("ports") {
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            set_default(p, "protocol", json!("TCP"));
+            if let Some(port) = p.get("port").cloned() {
+                set_default(p, "targetPort", port);
+            }
+        }
+    }
+    let status = child_map(root, "status");
+    child_map(status, "loadBalancer");
+}
+
+/// A namespace: the `kubernetes` finalizer, phase `Active`, and the `kubernetes.io/metadata.name` label.
+fn namespace_defaults(root: &mut Map<String, Value>) {
+    let spec = child_map(root, "spec");
+    set_default(spec, "finalizers", json!(["kubernetes"]));
+    let status = child_map(root, "status");
+    set_default(status, "phase", json!("Active"));
+    let name = root.get("metadata").and_then(|m| m.get("name")).cloned();
+    if let Some(name) = name {
+        let md = child_map(root, "metadata");
+        let labels = child_map(md, "labels");
+        labels.insert("kubernetes.io/metadata.name".into(), name);
+    }
+}
+
+/// A CRD: conversion strategy `None`, and the singular and list kind from its kind.
+fn crd_defaults(root: &mut Map<String, Value>) {
+    let spec = child_map(root, "spec");
+    let conversion = child_map(spec, "conversion");
+    set_default(conversion, "strategy", json!("None"));
+    let names = spec.get("names").cloned();
+    if let Some(Value::Object(mut names)) = names {
+        if let Some(kind) = names
+            .get("kind")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+        {
+            set_default(&mut names, "singular", json!(kind.to_lowercase()));
+            set_default(&mut names, "listKind", json!(format!("{kind}List")));
+        }
+        spec.insert("names".into(), Value::Object(names));
     }
 }
 

@@ -406,20 +406,7 @@ pub fn apply(live: &Value, applied: &Value, req: &Apply<'_>) -> Result<Value, Er
     for p in dropped {
         remove_at(&mut merged, p);
     }
-    let mut body = applied.clone();
-    if let Value::Object(m) = &mut body {
-        if !with_status {
-            m.remove("status");
-        }
-        if let Some(Value::Object(md)) = m.get_mut("metadata") {
-            for k in STRIPPED_METADATA {
-                if *k != "name" && *k != "namespace" {
-                    md.remove(*k);
-                }
-            }
-        }
-    }
-    merge_applied(&mut merged, &body, &req.node);
+    merge_applied(&mut merged, &applied_body(applied, with_status), &req.node);
 
     let mut conflicts: Vec<(String, Path)> = Vec::new();
     for e in entries
@@ -464,6 +451,25 @@ pub fn apply(live: &Value, applied: &Value, req: &Apply<'_>) -> Result<Value, Er
     entries.retain(|e| !e.fields.is_empty());
     write_entries(&mut merged, &entries);
     Ok(merged)
+}
+
+/// The configuration as it is merged: without `status` (unless applied to the status subresource) and
+/// without the system metadata a client cannot set.
+fn applied_body(applied: &Value, with_status: bool) -> Value {
+    let mut body = applied.clone();
+    if let Value::Object(m) = &mut body {
+        if !with_status {
+            m.remove("status");
+        }
+        if let Some(Value::Object(md)) = m.get_mut("metadata") {
+            for k in STRIPPED_METADATA {
+                if *k != "name" && *k != "namespace" {
+                    md.remove(*k);
+                }
+            }
+        }
+    }
+    body
 }
 
 fn conflict_error(conflicts: &[(String, Path)]) -> Error {

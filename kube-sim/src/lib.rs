@@ -13,6 +13,7 @@ pub mod discovery;
 pub mod fieldmanager;
 pub mod kubeconfig;
 pub mod kubelet;
+mod lock;
 pub mod machinery;
 pub mod meta;
 pub mod patch;
@@ -134,6 +135,129 @@ impl Config {
     }
 }
 
+/// The host of the server URL: `127.0.0.1` for an unspecified address, IPv6 in brackets.
+fn url_host(addr: SocketAddr) -> String {
+    let host = if addr.ip().is_unspecified() {
+        "127.0.0.1".to_string()
+    } else {
+        addr.ip().to_string()
+    };
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    }
+}
+
+/// The TLS acceptor and the CA certificate (PEM) when serving HTTPS: a fresh CA, and a serving certificate
+/// for the configured names and the listen address.
+fn tls_setup(
+    config: &Config,
+    addr: SocketAddr,
+) -> Result<(Option<tokio_rustls::TlsAcceptor>, Option<String>), Error> {
+    if config.tls {
+        let mut sans = config.tls_sans.clone();
+        if !addr.ip().is_unspecified() {
+            sans.push(addr.ip().to_string());
+        }
+        let certs = tls::generate(&sans)?;
+        let server_config = tls::server_config(&certs)?;
+        Ok((
+            Some(tokio_rustls::TlsAcceptor::from(server_config)),
+            Some(certs.ca_pem),
+        ))
+    } else {
+        Ok((None, None))
+    }
+}
+
+/// Binds the listen address; the result has the port picked for port 0.
+async fn bind(listen: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), Error> {
+    let bind_error = |source| Error::Bind {
+        addr: listen,
+        source,
+    };
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(bind_error)?;
+    let addr = listener.local_addr().map_err(bind_error)?;
+    Ok((listener, addr))
+}
+
+/// Writes the kubeconfig for `url` (or the configured server URL) to the configured path, or into a
+/// temporary directory kept while the simulator runs; returns that directory and the file's path.
+fn write_kubeconfig(
+    config: &Config,
+    url: &str,
+    ca_pem: Option<&str>,
+    token: &str,
+) -> Result<(Option<tempfile::TempDir>, PathBuf), Error> {
+    let (tempdir, path) = match &config.kubeconfig_out {
+        Some(p) => (None, p.clone()),
+        None => {
+            let dir = tempfile::Builder::new()
+                .prefix("kube-sim-")
+                .tempdir()
+                .map_err(Error::TempDir)?;
+            let path = dir.path().join("kubeconfig.yaml");
+            (Some(dir), path)
+        }
+    };
+    let server_url = config.kubeconfig_server.as_deref().unwrap_or(url);
+    kubeconfig::write_private(&path, &kubeconfig::render(server_url, ca_pem, token))?;
+    Ok((tempdir, path))
+}
+
+/// Starts the kubelet. On a Docker engine, pods reach the API server at the configured address or the
+/// listen address (the node's name when listening on all addresses), and the node's IP is its container's.
+async fn start_kubelet(
+    store: &Store,
+    backend: &KubeletBackend,
+    mut kubelet_config: kubelet::Config,
+    addr: SocketAddr,
+    ca_pem: String,
+    shutdown_rx: watch::Receiver<bool>,
+) -> Result<JoinHandle<()>, Error> {
+    let docker = match backend {
+        KubeletBackend::Virtual => {
+            return Ok(tokio::spawn(kubelet::run(
+                store.clone(),
+                kubelet_config,
+                shutdown_rx,
+            )));
+        }
+        KubeletBackend::Docker(docker) => docker,
+    };
+    let api = kubelet::docker::ApiAccess {
+        host: docker.api_host.clone().unwrap_or_else(|| {
+            if addr.ip().is_unspecified() {
+                kubelet_config.node_name.clone()
+            } else {
+                addr.ip().to_string()
+            }
+        }),
+        port: docker.api_port.unwrap_or(addr.port()),
+        ca_pem,
+    };
+    let runtime = kubelet::docker::DockerRuntime::new(
+        store.clone(),
+        &kubelet_config.node_name,
+        docker.clone(),
+        api,
+        kubelet_config.registries.clone(),
+    )
+    .await?;
+    if let Some(ip) = runtime.address_of(&kubelet_config.node_name).await {
+        kubelet_config.node_ip = ip;
+    }
+    Ok(tokio::spawn(kubelet::docker::run(
+        store.clone(),
+        kubelet_config,
+        runtime,
+        shutdown_rx,
+    )))
+}
+
 /// The name of the simulated node unless configured otherwise.
 pub const NODE_NAME: &str = "kube-sim";
 
@@ -158,64 +282,16 @@ impl Sim {
             Some(path) => config.kubelet.clone().with_registries_file(path)?,
             None => config.kubelet.clone(),
         };
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| Error::Bind {
-                addr: config.listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| Error::Bind {
-            addr: config.listen,
-            source,
-        })?;
-        let host = if addr.ip().is_unspecified() {
-            "127.0.0.1".to_string()
-        } else {
-            addr.ip().to_string()
-        };
-        let host = if host.contains(':') {
-            format!("[{host}]")
-        } else {
-            host
-        };
+        let (listener, addr) = bind(config.listen).await?;
+        let host = url_host(addr);
         let scheme = if config.tls { "https" } else { "http" };
         let url = format!("{scheme}://{host}:{}", addr.port());
         let token = config.token.clone().unwrap_or_else(|| meta::random_hex(24));
 
-        let (tls_acceptor, ca_pem) = if config.tls {
-            let mut sans = config.tls_sans.clone();
-            if !addr.ip().is_unspecified() {
-                sans.push(addr.ip().to_string());
-            }
-            let certs = tls::generate(&sans)?;
-            let server_config = tls::server_config(&certs)?;
-            (
-                Some(tokio_rustls::TlsAcceptor::from(server_config)),
-                Some(certs.ca_pem),
-            )
-        } else {
-            (None, None)
-        };
+        let (tls_acceptor, ca_pem) = tls_setup(&config, addr)?;
 
-        let (tempdir, kubeconfig_path) = match &config.kubeconfig_out {
-            Some(p) => (None, p.clone()),
-            None => {
-                let dir = tempfile::Builder::new()
-                    .prefix("kube-sim-")
-                    .tempdir()
-                    .map_err(Error::TempDir)?;
-                let path = dir.path().join("kubeconfig.yaml");
-                (Some(dir), path)
-            }
-        };
-        let server_url = config
-            .kubeconfig_server
-            .clone()
-            .unwrap_or_else(|| url.clone());
-        kubeconfig::write_private(
-            &kubeconfig_path,
-            &kubeconfig::render(&server_url, ca_pem.as_deref(), &token),
-        )?;
+        let (tempdir, kubeconfig_path) =
+            write_kubeconfig(&config, &url, ca_pem.as_deref(), &token)?;
 
         let store = Store::new(store::StoreConfig {
             history: config.watch_history,
@@ -228,7 +304,7 @@ impl Sim {
             bookmark_interval: config.bookmark_interval,
             shutdown: shutdown_rx.clone(),
         });
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(machinery::run_crd_controller(
                 store.clone(),
                 config.crd_establish_delay,
@@ -245,50 +321,20 @@ impl Sim {
             )),
             tokio::spawn(server::serve(listener, tls_acceptor, state)),
         ];
-        let mut tasks = tasks;
-        match &config.kubelet_backend {
-            KubeletBackend::Virtual => tasks.push(tokio::spawn(kubelet::run(
-                store.clone(),
-                kubelet_config,
-                shutdown_rx.clone(),
-            ))),
-            KubeletBackend::Docker(docker) => {
-                let api = kubelet::docker::ApiAccess {
-                    host: docker.api_host.clone().unwrap_or_else(|| {
-                        if addr.ip().is_unspecified() {
-                            kubelet_config.node_name.clone()
-                        } else {
-                            addr.ip().to_string()
-                        }
-                    }),
-                    port: docker.api_port.unwrap_or(addr.port()),
-                    ca_pem: ca_pem.clone().unwrap_or_default(),
-                };
-                let runtime = kubelet::docker::DockerRuntime::new(
-                    store.clone(),
-                    &kubelet_config.node_name,
-                    docker.clone(),
-                    api,
-                    kubelet_config.registries.clone(),
-                )
-                .await;
-                let runtime = match runtime {
-                    Ok(r) => r,
-                    Err(e) => {
-                        let _ = shutdown.send(true);
-                        return Err(e.into());
-                    }
-                };
-                let mut kubelet_config = kubelet_config;
-                if let Some(ip) = runtime.address_of(&kubelet_config.node_name).await {
-                    kubelet_config.node_ip = ip;
-                }
-                tasks.push(tokio::spawn(kubelet::docker::run(
-                    store.clone(),
-                    kubelet_config,
-                    runtime,
-                    shutdown_rx.clone(),
-                )));
+        let kubelet = start_kubelet(
+            &store,
+            &config.kubelet_backend,
+            kubelet_config,
+            addr,
+            ca_pem.clone().unwrap_or_default(),
+            shutdown_rx,
+        )
+        .await;
+        match kubelet {
+            Ok(task) => tasks.push(task),
+            Err(e) => {
+                let _ = shutdown.send(true);
+                return Err(e);
             }
         }
         tracing::info!(%url, kubeconfig = %kubeconfig_path.display(), "kube-sim is serving");

@@ -482,16 +482,6 @@ pub fn from_crd(crd: &Value) -> Option<ResourceInfo> {
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| format!("{kind}List"));
-    let strings = |v: Option<&Value>| -> Vec<String> {
-        v.and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
     let namespaced = spec.get("scope").and_then(Value::as_str) != Some("Cluster");
     let mut versions = Vec::new();
     let mut schemas = Vec::new();
@@ -512,26 +502,7 @@ pub fn from_crd(crd: &Value) -> Option<ResourceInfo> {
             .cloned()
             .unwrap_or(Value::Null);
         schemas.push((name.clone(), schema));
-        let columns = v
-            .get("additionalPrinterColumns")
-            .and_then(Value::as_array)
-            .map(|cols| {
-                cols.iter()
-                    .filter_map(|c| {
-                        Some(PrinterColumn {
-                            name: c.get("name")?.as_str()?.to_string(),
-                            type_: c
-                                .get("type")
-                                .and_then(Value::as_str)
-                                .unwrap_or("string")
-                                .to_string(),
-                            json_path: c.get("jsonPath")?.as_str()?.to_string(),
-                            priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+        let columns = printer_columns_of(v);
         printer_columns.push((name.clone(), columns));
         versions.push(name);
     }
@@ -563,6 +534,42 @@ pub fn from_crd(crd: &Value) -> Option<ResourceInfo> {
             printer_columns,
         }),
     })
+}
+
+/// The `additionalPrinterColumns` of one CRD version.
+fn printer_columns_of(version: &Value) -> Vec<PrinterColumn> {
+    version
+        .get("additionalPrinterColumns")
+        .and_then(Value::as_array)
+        .map(|cols| {
+            cols.iter()
+                .filter_map(|c| {
+                    Some(PrinterColumn {
+                        name: c.get("name")?.as_str()?.to_string(),
+                        type_: c
+                            .get("type")
+                            .and_then(Value::as_str)
+                            .unwrap_or("string")
+                            .to_string(),
+                        json_path: c.get("jsonPath")?.as_str()?.to_string(),
+                        priority: c.get("priority").and_then(Value::as_i64).unwrap_or(0),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The strings of a JSON array; empty when absent.
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Orders versions by Kubernetes priority: GA before beta before alpha, higher numbers first,

@@ -52,17 +52,7 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
     let name = col("Name", "string", 0);
     let age = col("Age", "string", 0);
     if info.is_custom() {
-        let custom = info.printer_columns(version);
-        if custom.is_empty() {
-            return vec![name, age];
-        }
-        let mut cols = vec![name];
-        cols.extend(custom.iter().map(|c| Column {
-            name: c.name.clone(),
-            kind: c.type_.clone(),
-            priority: c.priority,
-        }));
-        return cols;
+        return custom_columns(info, version, name, age);
     }
     match (info.group.as_str(), info.plural.as_str()) {
         ("", "pods") => vec![
@@ -133,6 +123,21 @@ fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
     }
 }
 
+/// A custom resource's columns: its printer columns, or the name and age when it has none.
+fn custom_columns(info: &ResourceInfo, version: &str, name: Column, age: Column) -> Vec<Column> {
+    let custom = info.printer_columns(version);
+    if custom.is_empty() {
+        return vec![name, age];
+    }
+    let mut cols = vec![name];
+    cols.extend(custom.iter().map(|c| Column {
+        name: c.name.clone(),
+        kind: c.type_.clone(),
+        priority: c.priority,
+    }));
+    cols
+}
+
 fn s<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
 }
@@ -200,105 +205,13 @@ fn cells(info: &ResourceInfo, version: &str, obj: &Value) -> Vec<Value> {
     let name = json!(s(obj, "/metadata/name"));
     let age_cell = json!(age(s(obj, "/metadata/creationTimestamp")));
     if info.is_custom() {
-        let custom = info.printer_columns(version);
-        if custom.is_empty() {
-            return vec![name, age_cell];
-        }
-        let mut cells = vec![name];
-        cells.extend(custom.iter().map(|c| match json_path(obj, &c.json_path) {
-            Some(Value::String(t)) if c.type_ == "date" => json!(age(t)),
-            Some(v) => v.clone(),
-            None => Value::Null,
-        }));
-        return cells;
+        return custom_cells(info, version, obj, name, age_cell);
     }
     match (info.group.as_str(), info.plural.as_str()) {
-        ("", "pods") => {
-            let total = obj
-                .pointer("/spec/containers")
-                .and_then(Value::as_array)
-                .map(Vec::len)
-                .unwrap_or(0);
-            let statuses = obj
-                .pointer("/status/containerStatuses")
-                .and_then(Value::as_array);
-            let ready = statuses
-                .map(|l| l.iter().filter(|c| c["ready"] == true).count())
-                .unwrap_or(0);
-            let restarts: i64 = statuses
-                .map(|l| l.iter().map(|c| n(c, "/restartCount")).sum())
-                .unwrap_or(0);
-            let ip = s(obj, "/status/podIP");
-            let node = s(obj, "/spec/nodeName");
-            vec![
-                name,
-                json!(format!("{ready}/{total}")),
-                json!(pod_status(obj)),
-                json!(restarts.to_string()),
-                age_cell,
-                json!(if ip.is_empty() { "<none>" } else { ip }),
-                json!(if node.is_empty() { "<none>" } else { node }),
-            ]
-        }
-        ("apps", "deployments") => {
-            let (names, images) = containers(obj);
-            vec![
-                name,
-                json!(format!(
-                    "{}/{}",
-                    n(obj, "/status/readyReplicas"),
-                    n(obj, "/spec/replicas")
-                )),
-                json!(n(obj, "/status/updatedReplicas")),
-                json!(n(obj, "/status/availableReplicas")),
-                age_cell,
-                json!(names),
-                json!(images),
-                json!(selector(obj, "/spec/selector/matchLabels")),
-            ]
-        }
-        ("apps", "replicasets") => {
-            let (names, images) = containers(obj);
-            vec![
-                name,
-                json!(n(obj, "/spec/replicas")),
-                json!(n(obj, "/status/replicas")),
-                json!(n(obj, "/status/readyReplicas")),
-                age_cell,
-                json!(names),
-                json!(images),
-                json!(selector(obj, "/spec/selector/matchLabels")),
-            ]
-        }
-        ("", "services") => {
-            let ports: Vec<String> = obj
-                .pointer("/spec/ports")
-                .and_then(Value::as_array)
-                .map(|l| {
-                    l.iter()
-                        .map(|p| format!("{}/{}", n(p, "/port"), s(p, "/protocol")))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let cluster_ip = s(obj, "/spec/clusterIP");
-            vec![
-                name,
-                json!(s(obj, "/spec/type")),
-                json!(if cluster_ip.is_empty() {
-                    "<none>"
-                } else {
-                    cluster_ip
-                }),
-                json!("<none>"),
-                json!(if ports.is_empty() {
-                    "<none>".to_string()
-                } else {
-                    ports.join(",")
-                }),
-                age_cell,
-                json!(selector(obj, "/spec/selector")),
-            ]
-        }
+        ("", "pods") => pod_cells(obj, name, age_cell),
+        ("apps", "deployments") => deployment_cells(obj, name, age_cell),
+        ("apps", "replicasets") => replica_set_cells(obj, name, age_cell),
+        ("", "services") => service_cells(obj, name, age_cell),
         ("", "namespaces") => vec![name, json!(s(obj, "/status/phase")), age_cell],
         ("", "configmaps") => {
             let count = |k: &str| {
@@ -325,53 +238,174 @@ fn cells(info: &ResourceInfo, version: &str, obj: &Value) -> Vec<Value> {
                 .unwrap_or(0);
             vec![name, json!(count), age_cell]
         }
-        ("", "nodes") => {
-            let ready = obj
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .and_then(|l| l.iter().find(|c| c["type"] == "Ready"))
-                .map(|c| {
-                    if c["status"] == "True" {
-                        "Ready"
-                    } else {
-                        "NotReady"
-                    }
-                })
-                .unwrap_or("Unknown");
-            vec![
-                name,
-                json!(ready),
-                json!("<none>"),
-                age_cell,
-                json!(s(obj, "/status/nodeInfo/kubeletVersion")),
-            ]
-        }
-        ("", "events") => {
-            let last = [
-                s(obj, "/lastTimestamp"),
-                s(obj, "/eventTime"),
-                s(obj, "/metadata/creationTimestamp"),
-            ]
-            .into_iter()
-            .find(|t| !t.is_empty())
-            .unwrap_or("");
-            vec![
-                json!(age(last)),
-                json!(s(obj, "/type")),
-                json!(s(obj, "/reason")),
-                json!(format!(
-                    "{}/{}",
-                    s(obj, "/involvedObject/kind").to_lowercase(),
-                    s(obj, "/involvedObject/name")
-                )),
-                json!(s(obj, "/message")),
-            ]
-        }
+        ("", "nodes") => node_cells(obj, name, age_cell),
+        ("", "events") => event_cells(obj),
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             vec![name, json!(s(obj, "/metadata/creationTimestamp"))]
         }
         _ => vec![name, age_cell],
     }
+}
+
+/// A custom resource: its printer columns, or the name and age when it has none.
+fn custom_cells(
+    info: &ResourceInfo,
+    version: &str,
+    obj: &Value,
+    name: Value,
+    age_cell: Value,
+) -> Vec<Value> {
+    let custom = info.printer_columns(version);
+    if custom.is_empty() {
+        return vec![name, age_cell];
+    }
+    let mut cells = vec![name];
+    cells.extend(custom.iter().map(|c| match json_path(obj, &c.json_path) {
+        Some(Value::String(t)) if c.type_ == "date" => json!(age(t)),
+        Some(v) => v.clone(),
+        None => Value::Null,
+    }));
+    cells
+}
+
+/// A pod: ready containers, status, restarts, age, IP and node.
+fn pod_cells(obj: &Value, name: Value, age_cell: Value) -> Vec<Value> {
+    let total = obj
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .map(Vec::len)
+        .unwrap_or(0);
+    let statuses = obj
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array);
+    let ready = statuses
+        .map(|l| l.iter().filter(|c| c["ready"] == true).count())
+        .unwrap_or(0);
+    let restarts: i64 = statuses
+        .map(|l| l.iter().map(|c| n(c, "/restartCount")).sum())
+        .unwrap_or(0);
+    let ip = s(obj, "/status/podIP");
+    let node = s(obj, "/spec/nodeName");
+    vec![
+        name,
+        json!(format!("{ready}/{total}")),
+        json!(pod_status(obj)),
+        json!(restarts.to_string()),
+        age_cell,
+        json!(if ip.is_empty() { "<none>" } else { ip }),
+        json!(if node.is_empty() { "<none>" } else { node }),
+    ]
+}
+
+/// A Deployment: ready, up-to-date and available replicas, age, containers, images and selector.
+fn deployment_cells(obj: &Value, name: Value, age_cell: Value) -> Vec<Value> {
+    let (names, images) = containers(obj);
+    vec![
+        name,
+        json!(format!(
+            "{}/{}",
+            n(obj, "/status/readyReplicas"),
+            n(obj, "/spec/replicas")
+        )),
+        json!(n(obj, "/status/updatedReplicas")),
+        json!(n(obj, "/status/availableReplicas")),
+        age_cell,
+        json!(names),
+        json!(images),
+        json!(selector(obj, "/spec/selector/matchLabels")),
+    ]
+}
+
+/// A ReplicaSet: desired, current and ready replicas, age, containers, images and selector.
+fn replica_set_cells(obj: &Value, name: Value, age_cell: Value) -> Vec<Value> {
+    let (names, images) = containers(obj);
+    vec![
+        name,
+        json!(n(obj, "/spec/replicas")),
+        json!(n(obj, "/status/replicas")),
+        json!(n(obj, "/status/readyReplicas")),
+        age_cell,
+        json!(names),
+        json!(images),
+        json!(selector(obj, "/spec/selector/matchLabels")),
+    ]
+}
+
+/// A Service: type, cluster IP, external IP, ports, age and selector.
+fn service_cells(obj: &Value, name: Value, age_cell: Value) -> Vec<Value> {
+    let ports: Vec<String> = obj
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .map(|l| {
+            l.iter()
+                .map(|p| format!("{}/{}", n(p, "/port"), s(p, "/protocol")))
+                .collect()
+        })
+        .unwrap_or_default();
+    let cluster_ip = s(obj, "/spec/clusterIP");
+    vec![
+        name,
+        json!(s(obj, "/spec/type")),
+        json!(if cluster_ip.is_empty() {
+            "<none>"
+        } else {
+            cluster_ip
+        }),
+        json!("<none>"),
+        json!(if ports.is_empty() {
+            "<none>".to_string()
+        } else {
+            ports.join(",")
+        }),
+        age_cell,
+        json!(selector(obj, "/spec/selector")),
+    ]
+}
+
+/// A node: status, roles, age and kubelet version.
+fn node_cells(obj: &Value, name: Value, age_cell: Value) -> Vec<Value> {
+    let ready = obj
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|l| l.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| {
+            if c["status"] == "True" {
+                "Ready"
+            } else {
+                "NotReady"
+            }
+        })
+        .unwrap_or("Unknown");
+    vec![
+        name,
+        json!(ready),
+        json!("<none>"),
+        age_cell,
+        json!(s(obj, "/status/nodeInfo/kubeletVersion")),
+    ]
+}
+
+/// An event: last seen, type, reason, object and message.
+fn event_cells(obj: &Value) -> Vec<Value> {
+    let last = [
+        s(obj, "/lastTimestamp"),
+        s(obj, "/eventTime"),
+        s(obj, "/metadata/creationTimestamp"),
+    ]
+    .into_iter()
+    .find(|t| !t.is_empty())
+    .unwrap_or("");
+    vec![
+        json!(age(last)),
+        json!(s(obj, "/type")),
+        json!(s(obj, "/reason")),
+        json!(format!(
+            "{}/{}",
+            s(obj, "/involvedObject/kind").to_lowercase(),
+            s(obj, "/involvedObject/name")
+        )),
+        json!(s(obj, "/message")),
+    ]
 }
 
 fn row_object(obj: &Value, include: IncludeObject) -> Option<Value> {

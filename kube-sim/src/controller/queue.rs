@@ -9,6 +9,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::lock::MutexExt as _;
+
 /// A deduplicating queue of keys. Clones share the same queue.
 pub struct Queue<K> {
     shared: Arc<Shared<K>>,
@@ -50,8 +52,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> Queue<K> {
     }
 
     fn lock(&self) -> MutexGuard<'_, State<K>> {
-        // Every mutation is a single insert or remove, so a poisoned lock still holds consistent data.
-        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.state.lock_unpoisoned()
     }
 
     /// Queues a key now.

@@ -24,23 +24,21 @@
 //! - At start, containers left by an earlier run with the same node and labels are removed; at shutdown,
 //!   every container this runtime created is removed.
 
+mod environment;
+mod image;
 pub mod logs;
 pub mod probe;
+mod spec;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use base64::Engine as _;
 use bollard::Docker;
-use bollard::models::{
-    ContainerCreateBody, EndpointSettings, HostConfig, Mount, MountType, NetworkingConfig,
-};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, CreateImageOptionsBuilder, KillContainerOptionsBuilder,
-    ListContainersOptionsBuilder, RemoveContainerOptionsBuilder, StopContainerOptionsBuilder,
-    UploadToContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
+    RemoveContainerOptionsBuilder, StopContainerOptionsBuilder, UploadToContainerOptionsBuilder,
 };
 use futures::StreamExt as _;
 use serde_json::Value;
@@ -50,9 +48,15 @@ use tokio::task::JoinHandle;
 use super::reference::Reference;
 use super::registry::Registries;
 use super::runtime::{ContainerRuntime, Exit, PullError, PulledImage};
+use crate::lock::MutexExt as _;
 use crate::meta;
-use crate::resource::GroupResource;
 use crate::store::{PodLogs, Store};
+
+pub use image::engine_domain;
+pub use spec::container_name;
+
+use environment::environment;
+use spec::{container_labels, create_body, service_account_tar};
 
 /// The label with the node that created a container.
 pub const NODE_LABEL: &str = "kube-sim.node";
@@ -282,12 +286,7 @@ impl DockerRuntime {
     }
 
     fn forget(&self, id: &str) {
-        let started = self
-            .inner
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        let started = self.inner.containers.lock_unpoisoned().remove(id);
         if let Some(s) = started {
             for p in s.probes {
                 p.abort();
@@ -296,66 +295,9 @@ impl DockerRuntime {
         }
     }
 
-    /// The name the engine pulls for an image: registry mirrors the engine cannot resolve are replaced by
-    /// a loopback mirror key with the same endpoint, or by a loopback endpoint.
-    pub fn engine_reference(&self, image: &Reference) -> String {
-        let domain = engine_domain(&self.inner.registries, &image.domain);
-        let tail = match (&image.digest, &image.tag) {
-            (Some(d), _) => format!("@{d}"),
-            (None, Some(t)) => format!(":{t}"),
-            (None, None) => ":latest".to_string(),
-        };
-        format!("{domain}/{}{tail}", image.path)
-    }
-
     fn api(&self) -> &ApiAccess {
         &self.inner.api
     }
-}
-
-/// Whether a registry host is the engine's loopback.
-fn is_loopback(host: &str) -> bool {
-    let name = host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host);
-    name == "localhost" || name == "127.0.0.1" || name == "[::1]"
-}
-
-/// The registry host the engine pulls from for `domain` (see [`DockerRuntime::engine_reference`]).
-pub fn engine_domain(registries: &Registries, domain: &str) -> String {
-    if is_loopback(domain) {
-        return domain.to_string();
-    }
-    let Some(mirror) = registries.mirrors.get(domain) else {
-        return domain.to_string();
-    };
-    let same_endpoint = registries.mirrors.iter().find(|(key, m)| {
-        is_loopback(key) && m.endpoint.iter().any(|e| mirror.endpoint.contains(e))
-    });
-    if let Some((key, _)) = same_endpoint {
-        return key.clone();
-    }
-    for endpoint in &mirror.endpoint {
-        let host = endpoint
-            .trim_start_matches("http://")
-            .trim_start_matches("https://")
-            .split('/')
-            .next()
-            .unwrap_or("");
-        if is_loopback(host) {
-            return host.to_string();
-        }
-    }
-    domain.to_string()
-}
-
-/// The container name `docker ps` shows for a pod container.
-pub fn container_name(pod: &Value, container: &str) -> String {
-    let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("");
-    format!(
-        "k8s_{container}_{}_{}_{}",
-        meta::name_of(pod),
-        meta::namespace_of(pod),
-        &uid[..uid.len().min(8)]
-    )
 }
 
 /// A message from an engine error: the daemon's own words when it sent some.
@@ -369,90 +311,13 @@ fn engine_message(e: &bollard::errors::Error) -> String {
 
 impl ContainerRuntime for DockerRuntime {
     async fn pull(&self, image: &Reference) -> Result<PulledImage, PullError> {
-        let shown = image.familiar_with_tag();
-        let engine_ref = self.engine_reference(image);
-        tracing::info!(image = %shown, pull = %engine_ref, "pulling");
-        let options = CreateImageOptionsBuilder::default()
-            .from_image(&engine_ref)
-            .build();
-        let mut stream = self.inner.docker.create_image(Some(options), None, None);
-        while let Some(step) = stream.next().await {
-            let failure = match step {
-                Ok(info) => info.error_detail.and_then(|d| d.message),
-                Err(e) => Some(engine_message(&e)),
-            };
-            if let Some(message) = failure {
-                return Err(PullError {
-                    message: format!(
-                        "failed to pull image \"{shown}\" (as \"{engine_ref}\"): {message}"
-                    ),
-                });
-            }
-        }
-        let inspected = self
-            .inner
-            .docker
-            .inspect_image(&engine_ref)
-            .await
-            .map_err(|e| PullError {
-                message: format!(
-                    "the pulled image \"{engine_ref}\" cannot be inspected: {}",
-                    engine_message(&e)
-                ),
-            })?;
-        let engine_name = engine_ref
-            .split_once('@')
-            .map(|(n, _)| n)
-            .unwrap_or_else(|| {
-                let last_slash = engine_ref.rfind('/').unwrap_or(0);
-                match engine_ref[last_slash..].rfind(':') {
-                    Some(i) => &engine_ref[..last_slash + i],
-                    None => &engine_ref,
-                }
-            })
-            .to_string();
-        let repo_digest = inspected
-            .repo_digests
-            .unwrap_or_default()
-            .into_iter()
-            .find_map(|d| {
-                let (name, digest) = d.split_once('@')?;
-                (name == engine_name
-                    || Reference::parse(name).is_ok_and(|r| {
-                        Reference::parse(&engine_name).is_ok_and(|e| e.name() == r.name())
-                    }))
-                .then(|| digest.to_string())
-            });
-        let (image_id, run_ref) = match (&image.digest, repo_digest) {
-            (Some(d), _) => (image.image_id(d), format!("{engine_name}@{d}")),
-            (None, Some(d)) => (image.image_id(&d), format!("{engine_name}@{d}")),
-            // An image without a repo digest is reported by its config digest, as containerd does.
-            (None, None) => (inspected.id.clone().unwrap_or_default(), engine_ref.clone()),
-        };
-        let labels = inspected
-            .config
-            .and_then(|c| c.labels)
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
-        let pulled = PulledImage {
-            image: shown.clone(),
-            image_id,
-            labels,
-        };
-        self.inner
-            .images
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(shown, (pulled.clone(), run_ref));
-        Ok(pulled)
+        self.pull_image(image).await
     }
 
     fn cached(&self, image: &Reference) -> Option<PulledImage> {
         self.inner
             .images
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(&image.familiar_with_tag())
             .map(|(p, _)| p.clone())
     }
@@ -466,8 +331,7 @@ impl ContainerRuntime for DockerRuntime {
         let run_ref = self
             .inner
             .images
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(&image.image)
             .map(|(_, r)| r.clone())
             .unwrap_or_else(|| image.image.clone());
@@ -480,97 +344,15 @@ impl ContainerRuntime for DockerRuntime {
             self.remove(&previous).await;
         }
         self.remove(&name).await;
-        let ns = meta::namespace_of(pod).to_string();
-        let service_account = meta::str_at(pod, "/spec/serviceAccountName")
-            .filter(|s| !s.is_empty())
-            .unwrap_or("default")
-            .to_string();
         let env = environment(&self.inner.store, pod, container, self.api())?;
-        let mut labels: HashMap<String, String> = self
-            .inner
-            .config
-            .labels
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        labels.insert(NODE_LABEL.into(), self.inner.node.clone());
-        labels.insert(NAMESPACE_LABEL.into(), ns.clone());
-        labels.insert(POD_LABEL.into(), meta::name_of(pod).to_string());
-        labels.insert(
-            UID_LABEL.into(),
-            meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string(),
+        let labels = container_labels(
+            &self.inner.config.labels,
+            &self.inner.node,
+            pod,
+            &container_name_in_pod,
         );
-        labels.insert(CONTAINER_LABEL.into(), container_name_in_pod.clone());
-        let ports: Vec<String> = container["ports"]
-            .as_array()
-            .map(|ps| {
-                ps.iter()
-                    .filter_map(|p| {
-                        let port = p["containerPort"].as_i64()?;
-                        let proto = p["protocol"].as_str().unwrap_or("TCP").to_lowercase();
-                        Some(format!("{port}/{proto}"))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let strings = |v: &Value| {
-            v.as_array().map(|a| {
-                a.iter()
-                    .filter_map(|s| s.as_str().map(str::to_string))
-                    .collect()
-            })
-        };
-        let hostname: String = meta::name_of(pod).chars().take(63).collect();
-        let security = |field: &str| {
-            container
-                .pointer(&format!("/securityContext/{field}"))
-                .or_else(|| pod.pointer(&format!("/spec/securityContext/{field}")))
-                .and_then(Value::as_i64)
-        };
-        let user = match (security("runAsUser"), security("runAsGroup")) {
-            (Some(u), Some(g)) => Some(format!("{u}:{g}")),
-            (Some(u), None) => Some(u.to_string()),
-            (None, _) => None,
-        };
-        let no_new_privileges = container
-            .pointer("/securityContext/allowPrivilegeEscalation")
-            .is_some_and(|v| v == false);
-        let body = ContainerCreateBody {
-            image: Some(run_ref),
-            hostname: Some(hostname),
-            entrypoint: strings(&container["command"]),
-            cmd: strings(&container["args"]),
-            env: Some(env),
-            working_dir: container["workingDir"].as_str().map(str::to_string),
-            labels: Some(labels),
-            exposed_ports: (!ports.is_empty()).then_some(ports),
-            user,
-            host_config: Some(HostConfig {
-                network_mode: Some(self.inner.config.network.clone()),
-                readonly_rootfs: container
-                    .pointer("/securityContext/readOnlyRootFilesystem")
-                    .and_then(Value::as_bool),
-                security_opt: no_new_privileges.then(|| vec!["no-new-privileges:true".to_string()]),
-                // The service-account files live in an anonymous volume, so they can be copied in
-                // before the start even when the root filesystem is read-only.
-                mounts: Some(vec![Mount {
-                    target: Some(format!("/{SERVICE_ACCOUNT_DIR}")),
-                    typ: Some(MountType::VOLUME),
-                    ..Mount::default()
-                }]),
-                ..HostConfig::default()
-            }),
-            networking_config: Some(NetworkingConfig {
-                endpoints_config: Some(HashMap::from([(
-                    self.inner.config.network.clone(),
-                    EndpointSettings {
-                        aliases: Some(vec![meta::name_of(pod).to_string()]),
-                        ..EndpointSettings::default()
-                    },
-                )])),
-            }),
-            ..ContainerCreateBody::default()
-        };
+        let network = &self.inner.config.network;
+        let body = create_body(pod, container, run_ref, env, labels, network);
         let options = CreateContainerOptionsBuilder::default().name(&name).build();
         let created = self
             .inner
@@ -579,42 +361,9 @@ impl ContainerRuntime for DockerRuntime {
             .await
             .map_err(|e| format!("failed to create container {name}: {}", engine_message(&e)))?;
         let id = created.id;
-        let token = meta::random_hex(32);
-        let archive = service_account_tar(&token, &self.api().ca_pem, &ns)
-            .map_err(|e| format!("failed to pack the service-account files: {e}"))?;
-        self.inner.store.register_token(
-            &token,
-            &format!("system:serviceaccount:{ns}:{service_account}"),
-        );
         let ready = Arc::new(AtomicBool::new(false));
-        self.inner
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                id.clone(),
-                Started {
-                    token,
-                    ip: None,
-                    ready: ready.clone(),
-                    probes: Vec::new(),
-                },
-            );
-        let upload = UploadToContainerOptionsBuilder::default()
-            .path(&format!("/{SERVICE_ACCOUNT_DIR}"))
-            .build();
-        if let Err(e) = self
-            .inner
-            .docker
-            .upload_to_container(&id, Some(upload), bollard::body_full(archive.into()))
-            .await
-        {
-            self.remove(&id).await;
-            return Err(format!(
-                "failed to copy the service-account files into {name}: {}",
-                engine_message(&e)
-            ));
-        }
+        self.install_service_account(pod, &id, &name, ready.clone())
+            .await?;
         if let Err(e) = self.inner.docker.start_container(&id, None).await {
             self.remove(&id).await;
             return Err(format!(
@@ -629,47 +378,20 @@ impl ContainerRuntime for DockerRuntime {
             .await
             .ok()
             .and_then(|c| c.network_settings?.networks)
-            .and_then(|n| n.get(&self.inner.config.network)?.ip_address.clone())
+            .and_then(|n| n.get(network)?.ip_address.clone())
             .filter(|ip| !ip.is_empty());
-        let target = probe::Target {
-            docker: self.inner.docker.clone(),
-            container_id: id.clone(),
-            ip: ip.clone(),
-            container: container.clone(),
-        };
-        let mut probes = Vec::new();
-        match container.get("readinessProbe") {
-            Some(spec) => probes.push(tokio::spawn(probe::readiness(
-                target.clone(),
-                spec.clone(),
-                ready.clone(),
-            ))),
-            None => ready.store(true, Ordering::SeqCst),
-        }
-        if let Some(spec) = container.get("livenessProbe") {
-            probes.push(tokio::spawn(probe::liveness(target, spec.clone())));
-        }
-        if let Some(s) = self
-            .inner
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(&id)
-        {
+        let probes = self.start_probes(&id, ip.clone(), container, &ready);
+        if let Some(s) = self.inner.containers.lock_unpoisoned().get_mut(&id) {
             s.ip = ip;
             s.probes = probes;
         }
-        self.inner
-            .latest
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                (
-                    meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string(),
-                    container_name_in_pod,
-                ),
-                id.clone(),
-            );
+        self.inner.latest.lock_unpoisoned().insert(
+            (
+                meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string(),
+                container_name_in_pod,
+            ),
+            id.clone(),
+        );
         tracing::info!(container = %name, id = %&id[..12.min(id.len())], "started");
         Ok(format!("docker://{id}"))
     }
@@ -726,13 +448,7 @@ impl ContainerRuntime for DockerRuntime {
 
     async fn stop_within(&self, container_id: &str, grace: Duration) {
         let id = container_id.trim_start_matches("docker://");
-        if let Some(s) = self
-            .inner
-            .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(id)
-        {
+        if let Some(s) = self.inner.containers.lock_unpoisoned().get_mut(id) {
             for p in s.probes.drain(..) {
                 p.abort();
             }
@@ -754,8 +470,7 @@ impl ContainerRuntime for DockerRuntime {
         let id = container_id.trim_start_matches("docker://");
         self.inner
             .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(id)
             .map(|s| s.ready.load(Ordering::SeqCst))
             // A container this runtime no longer knows (removed) is not ready.
@@ -766,8 +481,7 @@ impl ContainerRuntime for DockerRuntime {
         let id = container_id.trim_start_matches("docker://");
         self.inner
             .containers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(id)
             .and_then(|s| s.ip.clone())
     }
@@ -786,8 +500,7 @@ impl DockerRuntime {
     fn latest(&self, pod_uid: &str, container: &str) -> Option<String> {
         self.inner
             .latest
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(&(pod_uid.to_string(), container.to_string()))
             .cloned()
     }
@@ -800,6 +513,83 @@ impl DockerRuntime {
         if let Err(e) = docker.kill_container(id, Some(options)).await {
             tracing::debug!(container = %id, error = %e, "killing a pod container failed");
         }
+    }
+
+    /// Registers a fresh service-account token for the created container `id` and copies the token, the
+    /// CA and the namespace into it; the container is removed when the copy fails.
+    async fn install_service_account(
+        &self,
+        pod: &Value,
+        id: &str,
+        name: &str,
+        ready: Arc<AtomicBool>,
+    ) -> Result<(), String> {
+        let ns = meta::namespace_of(pod).to_string();
+        let service_account = meta::str_at(pod, "/spec/serviceAccountName")
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default")
+            .to_string();
+        let token = meta::random_hex(32);
+        let archive = service_account_tar(&token, &self.api().ca_pem, &ns)
+            .map_err(|e| format!("failed to pack the service-account files: {e}"))?;
+        self.inner.store.register_token(
+            &token,
+            &format!("system:serviceaccount:{ns}:{service_account}"),
+        );
+        self.inner.containers.lock_unpoisoned().insert(
+            id.to_string(),
+            Started {
+                token,
+                ip: None,
+                ready,
+                probes: Vec::new(),
+            },
+        );
+        let upload = UploadToContainerOptionsBuilder::default()
+            .path(&format!("/{SERVICE_ACCOUNT_DIR}"))
+            .build();
+        if let Err(e) = self
+            .inner
+            .docker
+            .upload_to_container(id, Some(upload), bollard::body_full(archive.into()))
+            .await
+        {
+            self.remove(id).await;
+            return Err(format!(
+                "failed to copy the service-account files into {name}: {}",
+                engine_message(&e)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Starts the container's readiness probe (ready at once without one) and liveness probe.
+    fn start_probes(
+        &self,
+        id: &str,
+        ip: Option<String>,
+        container: &Value,
+        ready: &Arc<AtomicBool>,
+    ) -> Vec<JoinHandle<()>> {
+        let target = probe::Target {
+            docker: self.inner.docker.clone(),
+            container_id: id.to_string(),
+            ip,
+            container: container.clone(),
+        };
+        let mut probes = Vec::new();
+        match container.get("readinessProbe") {
+            Some(spec) => probes.push(tokio::spawn(probe::readiness(
+                target.clone(),
+                spec.clone(),
+                ready.clone(),
+            ))),
+            None => ready.store(true, Ordering::SeqCst),
+        }
+        if let Some(spec) = container.get("livenessProbe") {
+            probes.push(tokio::spawn(probe::liveness(target, spec.clone())));
+        }
+        probes
     }
 }
 
@@ -819,183 +609,9 @@ pub async fn run(
     tracing::info!(removed, "removed pod containers at shutdown");
 }
 
-/// The container's environment: the API server's address, then `envFrom`, then `env` (later wins).
-fn environment(
-    store: &Store,
-    pod: &Value,
-    container: &Value,
-    api: &ApiAccess,
-) -> Result<Vec<String>, String> {
-    let ns = meta::namespace_of(pod);
-    let mut vars: Vec<(String, String)> = vec![
-        ("KUBERNETES_SERVICE_HOST".into(), api.host.clone()),
-        ("KUBERNETES_SERVICE_PORT".into(), api.port.to_string()),
-        ("KUBERNETES_SERVICE_PORT_HTTPS".into(), api.port.to_string()),
-        (
-            "KUBERNETES_PORT".into(),
-            format!("tcp://{}:{}", api.host, api.port),
-        ),
-    ];
-    let mut set = |k: String, v: String| {
-        vars.retain(|(name, _)| *name != k);
-        vars.push((k, v));
-    };
-    let data = |resource: &str, name: &str| -> Option<BTreeMap<String, String>> {
-        let obj = store
-            .get(&GroupResource::new("", resource), Some(ns), name)
-            .ok()?;
-        let mut out = BTreeMap::new();
-        if let Some(d) = obj["data"].as_object() {
-            for (k, v) in d {
-                let text = v.as_str().unwrap_or("");
-                let value = if resource == "secrets" {
-                    base64::engine::general_purpose::STANDARD
-                        .decode(text)
-                        .ok()
-                        .map(|b| String::from_utf8_lossy(&b).into_owned())
-                        .unwrap_or_default()
-                } else {
-                    text.to_string()
-                };
-                out.insert(k.clone(), value);
-            }
-        }
-        if let Some(d) = obj["stringData"].as_object() {
-            for (k, v) in d {
-                out.insert(k.clone(), v.as_str().unwrap_or("").to_string());
-            }
-        }
-        Some(out)
-    };
-    if let Some(from) = container["envFrom"].as_array() {
-        for e in from {
-            let prefix = e["prefix"].as_str().unwrap_or("");
-            for (field, resource) in [("configMapRef", "configmaps"), ("secretRef", "secrets")] {
-                let Some(src) = e.get(field) else { continue };
-                let name = src["name"].as_str().unwrap_or("");
-                match data(resource, name) {
-                    Some(values) => {
-                        for (k, v) in values {
-                            set(format!("{prefix}{k}"), v);
-                        }
-                    }
-                    None if src["optional"] == true => {}
-                    None => return Err(format!("{resource} \"{name}\" not found")),
-                }
-            }
-        }
-    }
-    if let Some(env) = container["env"].as_array() {
-        for e in env {
-            let name = e["name"].as_str().unwrap_or("").to_string();
-            if let Some(v) = e["value"].as_str() {
-                set(name, v.to_string());
-                continue;
-            }
-            let Some(from) = e.get("valueFrom") else {
-                set(name, String::new());
-                continue;
-            };
-            if let Some(path) = from.pointer("/fieldRef/fieldPath").and_then(Value::as_str) {
-                let value = match path {
-                    "metadata.name" => meta::name_of(pod).to_string(),
-                    "metadata.namespace" => ns.to_string(),
-                    "metadata.uid" => meta::str_at(pod, "/metadata/uid").unwrap_or("").into(),
-                    "spec.nodeName" => meta::str_at(pod, "/spec/nodeName").unwrap_or("").into(),
-                    "spec.serviceAccountName" => meta::str_at(pod, "/spec/serviceAccountName")
-                        .unwrap_or("default")
-                        .into(),
-                    // Docker assigns the address at the start, so a container sees the pod IP an
-                    // earlier container of the pod got (after a restart, or for a second container).
-                    "status.podIP" => meta::str_at(pod, "/status/podIP").unwrap_or("").into(),
-                    "status.hostIP" => meta::str_at(pod, "/status/hostIP").unwrap_or("").into(),
-                    other => {
-                        let label = other
-                            .strip_prefix("metadata.labels['")
-                            .map(|l| ("labels", l))
-                            .or_else(|| {
-                                other
-                                    .strip_prefix("metadata.annotations['")
-                                    .map(|a| ("annotations", a))
-                            });
-                        match label {
-                            Some((field, key)) => pod["metadata"][field]
-                                [key.trim_end_matches("']")]
-                            .as_str()
-                            .unwrap_or("")
-                            .to_string(),
-                            None => String::new(),
-                        }
-                    }
-                };
-                set(name, value);
-                continue;
-            }
-            for (field, resource) in [
-                ("configMapKeyRef", "configmaps"),
-                ("secretKeyRef", "secrets"),
-            ] {
-                let Some(src) = from.get(field) else { continue };
-                let obj = src["name"].as_str().unwrap_or("");
-                let key = src["key"].as_str().unwrap_or("");
-                match data(resource, obj).and_then(|d| d.get(key).cloned()) {
-                    Some(v) => set(name.clone(), v),
-                    None if src["optional"] == true => {}
-                    None => {
-                        return Err(format!("couldn't find key {key} in {resource} {ns}/{obj}"));
-                    }
-                }
-            }
-        }
-    }
-    Ok(vars.into_iter().map(|(k, v)| format!("{k}={v}")).collect())
-}
-
-/// A tar of the service-account directory's files: `token`, `ca.crt` and `namespace`, readable by any user
-/// the container runs as.
-fn service_account_tar(token: &str, ca_pem: &str, namespace: &str) -> std::io::Result<Vec<u8>> {
-    let mut builder = tar::Builder::new(Vec::new());
-    for (name, contents) in [
-        ("token", token),
-        ("ca.crt", ca_pem),
-        ("namespace", namespace),
-    ] {
-        let mut header = tar::Header::new_gnu();
-        header.set_mode(0o644);
-        header.set_size(contents.len() as u64);
-        header.set_cksum();
-        builder.append_data(&mut header, name, contents.as_bytes())?;
-    }
-    builder.into_inner()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn registries(yaml: &str) -> Registries {
-        Registries::from_yaml(yaml).unwrap()
-    }
-
-    #[test]
-    fn an_in_network_mirror_is_pulled_through_the_loopback_key_with_the_same_endpoint() {
-        let r = registries(
-            "mirrors:\n  \"dev-env-registry:5000\":\n    endpoint: [\"http://dev-env-registry:5000\"]\n  \"localhost:36099\":\n    endpoint: [\"http://dev-env-registry:5000\"]\n",
-        );
-        assert_eq!(
-            engine_domain(&r, "dev-env-registry:5000"),
-            "localhost:36099"
-        );
-        assert_eq!(engine_domain(&r, "localhost:36099"), "localhost:36099");
-        assert_eq!(engine_domain(&r, "ghcr.io"), "ghcr.io");
-    }
-
-    #[test]
-    fn a_loopback_endpoint_is_used_when_no_loopback_key_matches() {
-        let r =
-            registries("mirrors:\n  \"reg:5000\":\n    endpoint: [\"http://127.0.0.1:5001\"]\n");
-        assert_eq!(engine_domain(&r, "reg:5000"), "127.0.0.1:5001");
-    }
 
     #[test]
     fn the_service_account_tar_holds_the_three_files() {

@@ -5,6 +5,7 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
+use crate::lock::MutexExt as _;
 use crate::meta;
 use crate::store::{self, LogOptions, LogStream, PodLogs};
 
@@ -27,8 +28,7 @@ impl Logs {
     pub fn started(&self, pod_uid: &str, container: &str, image: &str, at: &str) {
         let line = format!("{at} kube-sim: started container {container} image {image}");
         self.lines
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .entry(pod_uid.to_string())
             .or_default()
             .entry(container.to_string())
@@ -38,10 +38,7 @@ impl Logs {
 
     /// Forgets a pod.
     pub fn remove(&self, pod_uid: &str) {
-        self.lines
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(pod_uid);
+        self.lines.lock_unpoisoned().remove(pod_uid);
     }
 }
 
@@ -73,8 +70,7 @@ impl PodLogs for Logs {
         let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("");
         let lines = self
             .lines
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(uid)
             .and_then(|m| m.get(container))
             .cloned();

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use super::reference::Reference;
 use super::registry::{self, Registries};
+use crate::lock::MutexExt as _;
 
 /// The image label that makes a virtual container crash.
 pub const CRASH_LABEL: &str = "dev-env.sim/crash";
@@ -137,10 +138,7 @@ impl ContainerRuntime for VirtualRuntime {
                     image_id: image.image_id(&resolved.digest),
                     labels: resolved.labels,
                 };
-                self.images
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(shown, pulled.clone());
+                self.images.lock_unpoisoned().insert(shown, pulled.clone());
                 Ok(pulled)
             }
             Err(e) => {
@@ -160,8 +158,7 @@ impl ContainerRuntime for VirtualRuntime {
 
     fn cached(&self, image: &Reference) -> Option<PulledImage> {
         self.images
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(&image.familiar_with_tag())
             .cloned()
     }
@@ -178,10 +175,7 @@ impl ContainerRuntime for VirtualRuntime {
                 env.iter()
                     .any(|e| e["name"] == CRASH_ENV && e["value"] == "1")
             });
-        self.crashing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.clone(), crash);
+        self.crashing.lock_unpoisoned().insert(id.clone(), crash);
         Ok(format!("containerd://{id}"))
     }
 
@@ -189,8 +183,7 @@ impl ContainerRuntime for VirtualRuntime {
         let id = container_id.trim_start_matches("containerd://");
         let crash = self
             .crashing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .get(id)
             .copied()
             .unwrap_or(false);
@@ -206,9 +199,6 @@ impl ContainerRuntime for VirtualRuntime {
 
     async fn stop(&self, container_id: &str) {
         let id = container_id.trim_start_matches("containerd://");
-        self.crashing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        self.crashing.lock_unpoisoned().remove(id);
     }
 }

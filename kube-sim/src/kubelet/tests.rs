@@ -4,9 +4,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
+use super::pod_workers::humanize;
 use super::runtime::{Exit, PullError, PulledImage};
 use super::*;
-use crate::store::{Deleted, ListOptions, StoreConfig};
+use crate::store::{DeleteOptions, Deleted, ListOptions, StoreConfig};
 
 const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 const DEADLINE: Duration = Duration::from_secs(10);

@@ -1,7 +1,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::store::StoreConfig;
+use crate::store::{StoreConfig, WriteOptions};
 
 fn store() -> Store {
     Store::new(StoreConfig { history: 10_000 })

@@ -1,0 +1,520 @@
+//! One worker per pod (`pkg/kubelet/pod_workers.go`): it moves the pod through its stages, starts and
+//! restarts its containers with back-off, and stops them when the pod is deleted.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::lifecycle::{missing_config_reference, missing_volume_source};
+use super::reference::Reference;
+use super::runtime::{self, ContainerRuntime, PulledImage};
+use super::status::write_status;
+use super::{Container, Kubelet, MANAGER, PodRun, READINESS_POLL, Stage};
+use crate::meta;
+use crate::resource::GroupResource;
+use crate::store::{self, DeleteOptions};
+
+pub(super) async fn pod_worker<R: ContainerRuntime>(
+    k: Arc<Kubelet<R>>,
+    mut rx: watch::Receiver<Value>,
+) {
+    rx.borrow_and_update();
+    tokio::select! {
+        _ = tokio::time::sleep(k.config.start_delay) => {}
+        _ = wait_for_deletion(&mut rx) => {}
+    }
+    let pod = rx.borrow().clone();
+    if pod.pointer("/metadata/deletionTimestamp").is_some() {
+        terminate(&k, &pod, &mut Vec::new()).await;
+        return;
+    }
+    let mut run = new_run(&k, &pod);
+    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(usize, String, runtime::Exit)>();
+    write_status(&k, &run, &pod);
+    loop {
+        let latest = rx.borrow().clone();
+        if latest.pointer("/metadata/deletionTimestamp").is_some() {
+            terminate(&k, &latest, &mut run.containers).await;
+            return;
+        }
+        step(&k, &mut run, &latest, &exit_tx).await;
+        let latest = rx.borrow().clone();
+        write_status(&k, &run, &latest);
+        let next = run
+            .containers
+            .iter()
+            .flat_map(|c| [c.next, c.ready_at])
+            .chain([run.volumes_next])
+            .flatten()
+            .min();
+        let sleep = async {
+            match next {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = sleep => {}
+            changed = rx.changed() => {
+                if changed.is_err() {
+                    stop_all(&k, &mut run.containers, Duration::ZERO).await;
+                    return;
+                }
+            }
+            Some((i, id, exit)) = exit_rx.recv() => container_exited(&k, &mut run, i, &id, exit),
+        }
+    }
+}
+
+/// The run of a pod that is starting: its IP, start time and containers, none created yet.
+fn new_run<R: ContainerRuntime>(k: &Kubelet<R>, pod: &Value) -> PodRun {
+    let ip = k.next_ip.fetch_add(1, Ordering::Relaxed);
+    PodRun {
+        uid: meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string(),
+        namespace: meta::namespace_of(pod).to_string(),
+        name: meta::name_of(pod).to_string(),
+        // A real runtime reports the address the network gives the container at its start.
+        pod_ip: if k.runtime.is_real() {
+            String::new()
+        } else {
+            format!("{}.{}", k.config.pod_network, ip % 250 + 2)
+        },
+        start_time: meta::now_rfc3339(),
+        containers: pod
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| Container {
+                        spec: c.clone(),
+                        name: c["name"].as_str().unwrap_or("").to_string(),
+                        stage: Stage::Creating,
+                        next: None,
+                        pulled: None,
+                        created: false,
+                        container_id: None,
+                        ready: false,
+                        ready_at: None,
+                        restart_count: 0,
+                        pull_failures: 0,
+                        last_terminated: None,
+                        waiter: None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        restart_policy: meta::str_at(pod, "/spec/restartPolicy")
+            .unwrap_or("Always")
+            .to_string(),
+        volumes_ready: false,
+        volumes_next: Some(Instant::now()),
+        mount_failure_reported: false,
+    }
+}
+
+pub(super) async fn wait_for_deletion(rx: &mut watch::Receiver<Value>) {
+    loop {
+        if rx.borrow().pointer("/metadata/deletionTimestamp").is_some() {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
+}
+
+/// Takes every step that is due.
+pub(super) async fn step<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    pod: &Value,
+    exit_tx: &mpsc::UnboundedSender<(usize, String, runtime::Exit)>,
+) {
+    let now = Instant::now();
+    if !run.volumes_ready && !check_volumes(k, run, pod, now) {
+        return;
+    }
+    for i in 0..run.containers.len() {
+        let now = Instant::now();
+        let c = &mut run.containers[i];
+        if let (Stage::Running { .. }, Some(at)) = (&c.stage, c.ready_at)
+            && at <= now
+        {
+            // A probing runtime is asked again after a short while; otherwise the delay has passed.
+            match c
+                .container_id
+                .as_deref()
+                .and_then(|id| k.runtime.readiness(id))
+            {
+                Some(ready) => {
+                    c.ready = ready;
+                    c.ready_at = Some(now + READINESS_POLL);
+                }
+                None => {
+                    c.ready = true;
+                    c.ready_at = None;
+                }
+            }
+        }
+        if c.next.is_none_or(|t| t > now) && !matches!(c.stage, Stage::Creating) {
+            continue;
+        }
+        match c.stage.clone() {
+            Stage::PullFailed { message } => {
+                c.stage = Stage::PullBackOff { message };
+                c.next = Some(now + k.config.backoff(c.pull_failures) / 2);
+                let image = c.image().to_string();
+                event(
+                    k,
+                    run,
+                    "Normal",
+                    "BackOff",
+                    &format!("Back-off pulling image \"{image}\""),
+                );
+                event(k, run, "Warning", "Failed", "Error: ImagePullBackOff");
+            }
+            Stage::Creating
+            | Stage::PullBackOff { .. }
+            | Stage::ConfigError { .. }
+            | Stage::CrashBackOff { .. } => {
+                start_container(k, run, i, pod, exit_tx).await;
+            }
+            Stage::InvalidName { .. } | Stage::Running { .. } | Stage::Terminated => {
+                c.next = None;
+            }
+        }
+    }
+}
+
+/// Whether the pod's volume sources exist; while one is missing, a `FailedMount` event (once) and another
+/// look after the back-off.
+fn check_volumes<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    pod: &Value,
+    now: Instant,
+) -> bool {
+    if run.volumes_next.is_some_and(|t| t > now) {
+        return false;
+    }
+    match missing_volume_source(&k.store, pod) {
+        None => {
+            run.volumes_ready = true;
+            run.volumes_next = None;
+            true
+        }
+        Some(what) => {
+            tracing::debug!(pod = %run.name, %what, "waiting for a volume source");
+            if !run.mount_failure_reported {
+                event(
+                    k,
+                    run,
+                    "Warning",
+                    "FailedMount",
+                    &format!("MountVolume.SetUp failed: {what}"),
+                );
+                run.mount_failure_reported = true;
+            }
+            run.volumes_next = Some(now + k.config.backoff_base);
+            false
+        }
+    }
+}
+
+/// Pulls the image if needed, checks configuration references, and starts the container.
+pub(super) async fn start_container<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    i: usize,
+    pod: &Value,
+    exit_tx: &mpsc::UnboundedSender<(usize, String, runtime::Exit)>,
+) {
+    let cfg = &k.config;
+    let image = run.containers[i].image().to_string();
+    let reference = match Reference::parse(&image) {
+        Ok(r) => r,
+        Err(e) => {
+            let c = &mut run.containers[i];
+            let message = format!("Failed to apply default image tag \"{image}\": {e}");
+            c.stage = Stage::InvalidName {
+                message: message.clone(),
+            };
+            c.next = None;
+            event(k, run, "Warning", "InspectFailed", &message);
+            event(k, run, "Warning", "Failed", "Error: InvalidImageName");
+            return;
+        }
+    };
+    let Some(pulled) = pull_image(k, run, i, &image, &reference).await else {
+        return;
+    };
+    if let Some(message) = missing_config_reference(&k.store, pod, &run.containers[i].spec) {
+        let c = &mut run.containers[i];
+        let first = !matches!(&c.stage, Stage::ConfigError { message: m } if *m == message);
+        c.stage = Stage::ConfigError {
+            message: message.clone(),
+        };
+        if first {
+            event(k, run, "Warning", "Failed", &format!("Error: {message}"));
+        }
+        let c = &mut run.containers[i];
+        c.next = Some(Instant::now() + cfg.backoff_base);
+        return;
+    }
+    let id = match k.runtime.start(pod, &run.containers[i].spec, &pulled).await {
+        Ok(id) => id,
+        Err(message) => {
+            let c = &mut run.containers[i];
+            c.stage = Stage::ConfigError { message };
+            c.next = Some(Instant::now() + cfg.backoff_base);
+            return;
+        }
+    };
+    mark_running(k, run, i, id, pulled, exit_tx);
+}
+
+/// The image of container `i` as its pull policy allows (pulls one at a time), or `None` with the container
+/// in `ErrImagePull` and its back-off set.
+async fn pull_image<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    i: usize,
+    image: &str,
+    reference: &Reference,
+) -> Option<PulledImage> {
+    let cfg = &k.config;
+    let policy = run.containers[i].spec["imagePullPolicy"]
+        .as_str()
+        .unwrap_or_else(|| crate::defaults::default_pull_policy(image))
+        .to_string();
+    let serial = k.pulls.lock().await;
+    let cached = k.runtime.cached(reference);
+    let pulled = match (policy.as_str(), cached) {
+        ("Always", _) | (_, None) if policy != "Never" => {
+            tokio::time::sleep(cfg.pull_delay).await;
+            match k.runtime.pull(reference).await {
+                Ok(p) => {
+                    run.containers[i].pull_failures = 0;
+                    p
+                }
+                Err(e) => {
+                    let c = &mut run.containers[i];
+                    c.pull_failures += 1;
+                    tracing::debug!(pod = %run.name, container = %c.name, error = %e, "image pull failed");
+                    c.stage = Stage::PullFailed {
+                        message: e.message.clone(),
+                    };
+                    c.next = Some(Instant::now() + cfg.backoff(c.pull_failures) / 2);
+                    event(
+                        k,
+                        run,
+                        "Warning",
+                        "Failed",
+                        &format!("Failed to pull image \"{image}\": {}", e.message),
+                    );
+                    event(k, run, "Warning", "Failed", "Error: ErrImagePull");
+                    return None;
+                }
+            }
+        }
+        (_, Some(p)) => p,
+        (_, None) => {
+            let c = &mut run.containers[i];
+            c.stage = Stage::PullFailed {
+                message: format!(
+                    "Container image \"{image}\" is not present with pull policy of Never"
+                ),
+            };
+            c.next = Some(Instant::now() + cfg.backoff_base);
+            return None;
+        }
+    };
+    drop(serial);
+    Some(pulled)
+}
+
+/// Records container `i` as running under `id` and starts waiting for it to exit.
+fn mark_running<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    i: usize,
+    id: String,
+    pulled: PulledImage,
+    exit_tx: &mpsc::UnboundedSender<(usize, String, runtime::Exit)>,
+) {
+    let cfg = &k.config;
+    let started_at = meta::now_rfc3339();
+    let c = &mut run.containers[i];
+    k.logs
+        .started(&run.uid, &c.name, &pulled.image, &started_at);
+    let probe_delay = c
+        .spec
+        .pointer("/readinessProbe/initialDelaySeconds")
+        .and_then(Value::as_f64)
+        .map(|s| Duration::from_secs_f64((s * cfg.probe_scale).max(0.0)))
+        .unwrap_or_default();
+    let ready_in = if k.runtime.is_real() {
+        READINESS_POLL
+    } else {
+        cfg.ready_delay + probe_delay
+    };
+    if let Some(ip) = k.runtime.pod_ip(&id) {
+        run.pod_ip = ip;
+    }
+    c.pulled = Some(pulled);
+    c.created = true;
+    c.container_id = Some(id.clone());
+    c.stage = Stage::Running { started_at };
+    c.next = None;
+    if ready_in.is_zero() {
+        c.ready = true;
+        c.ready_at = None;
+    } else {
+        c.ready = false;
+        c.ready_at = Some(Instant::now() + ready_in);
+    }
+    if let Some(w) = c.waiter.take() {
+        w.abort();
+    }
+    let tx = exit_tx.clone();
+    let kubelet = k.clone();
+    c.waiter = Some(tokio::spawn(async move {
+        let exit = kubelet.runtime.wait(&id).await;
+        let _ = tx.send((i, id, exit));
+    }));
+}
+
+pub(super) fn container_exited<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    i: usize,
+    id: &str,
+    exit: runtime::Exit,
+) {
+    let pod_ref = format!("{}_{}({})", run.name, run.namespace, run.uid);
+    let restart_policy = run.restart_policy.clone();
+    let Some(c) = run.containers.get_mut(i) else {
+        return;
+    };
+    if c.container_id.as_deref() != Some(id) {
+        return;
+    }
+    let Stage::Running { started_at } = c.stage.clone() else {
+        return;
+    };
+    c.waiter = None;
+    c.ready = false;
+    c.ready_at = None;
+    c.last_terminated = Some(json!({"terminated": {
+        "exitCode": exit.code, "reason": exit.reason, "startedAt": started_at,
+        "finishedAt": meta::now_rfc3339(), "containerID": id}}));
+    let restart = match restart_policy.as_str() {
+        "Never" => false,
+        "OnFailure" => exit.code != 0,
+        _ => true,
+    };
+    if !restart {
+        c.stage = Stage::Terminated;
+        c.next = None;
+        return;
+    }
+    // A container in CrashLoopBackOff keeps its last container ID and image ID.
+    c.restart_count += 1;
+    let backoff = k.config.backoff(c.restart_count as u32);
+    c.stage = Stage::CrashBackOff {
+        message: format!(
+            "back-off {} restarting failed container={} pod={pod_ref}",
+            humanize(backoff),
+            c.name
+        ),
+    };
+    c.next = Some(Instant::now() + backoff);
+    let message = format!(
+        "Back-off restarting failed container {} in pod {pod_ref}",
+        c.name
+    );
+    event(k, run, "Warning", "BackOff", &message);
+}
+
+/// Records an event about the pod, from the kubelet.
+pub(super) fn event<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &PodRun,
+    event_type: &str,
+    reason: &str,
+    message: &str,
+) {
+    let involved = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": run.name, "namespace": run.namespace, "uid": run.uid}});
+    crate::controller::record_event(&k.store, &involved, MANAGER, event_type, reason, message);
+}
+
+/// A back-off the way Go prints a duration: `10s`, `1m20s`, `200ms`.
+pub(super) fn humanize(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let s = d.as_secs();
+    if s < 60 {
+        return format!("{s}s");
+    }
+    format!("{}m{}s", s / 60, s % 60)
+}
+
+/// Stops every container of a pod at once, each within `grace`.
+pub(super) async fn stop_all<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    containers: &mut [Container],
+    grace: Duration,
+) {
+    let mut stops = Vec::new();
+    for c in containers.iter_mut() {
+        if let Some(w) = c.waiter.take() {
+            w.abort();
+        }
+        if let Some(id) = &c.container_id {
+            stops.push(k.runtime.stop_within(id, grace));
+        }
+    }
+    futures::future::join_all(stops).await;
+}
+
+/// Lets a terminating pod go: it stays as it is for `termination_delay` (at most its grace period), then
+/// it is deleted with grace period 0.
+pub(super) async fn terminate<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    pod: &Value,
+    containers: &mut [Container],
+) {
+    let grace = pod
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(0)
+        .max(0) as u64;
+    // Real containers take their grace period in the stop itself.
+    if !k.runtime.is_real() {
+        tokio::time::sleep(k.config.termination_delay.min(Duration::from_secs(grace))).await;
+    }
+    stop_all(k, containers, Duration::from_secs(grace)).await;
+    let opts = DeleteOptions {
+        grace_period_seconds: Some(0),
+        uid: meta::str_at(pod, "/metadata/uid").map(str::to_string),
+        ..DeleteOptions::default()
+    };
+    match k.store.delete(
+        &GroupResource::pods(),
+        Some(meta::namespace_of(pod)),
+        meta::name_of(pod),
+        &opts,
+    ) {
+        Ok(_) | Err(store::Error::NotFound { .. }) | Err(store::Error::Conflict { .. }) => {}
+        Err(e) => {
+            tracing::warn!(pod = %meta::name_of(pod), error = %e, "removing a terminated pod failed")
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! Creation: names, namespaces and system metadata set before the object is stored.
+
+use std::sync::{Arc, MutexGuard};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::history::{EventKind, push_event};
+use super::update::{Managed, validate};
+use super::{
+    Error, FieldValidation, Result, State, Store, WriteOptions, from_value, next_rv,
+    qualified_kind, scope_ns, set_rv, to_value,
+};
+use crate::fieldmanager;
+use crate::meta::{self, metadata_mut};
+use crate::resource::{GenerationRule, GroupResource, ResourceInfo};
+use crate::schema::Node;
+
+impl Store {
+    /// Creates an object. `metadata.generateName` is honoured; the namespace must exist and not be terminating.
+    pub fn create(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<Value> {
+        let manager = opts.field_manager.as_deref().unwrap_or("kube-sim");
+        let mut st = self.lock();
+        let info = st.info(gr)?;
+        let (obj, _warnings) = self.prepare_create(
+            &mut st,
+            &info,
+            namespace,
+            obj,
+            Managed::Update(manager),
+            opts.field_validation,
+        )?;
+        if opts.dry_run {
+            return Ok(obj);
+        }
+        Ok(self.insert_new(st, &info, obj))
+    }
+
+    /// Creates a `k8s-openapi` object.
+    pub fn create_as<K: k8s_openapi::Resource + Serialize + DeserializeOwned>(
+        &self,
+        namespace: Option<&str>,
+        obj: &K,
+        opts: &WriteOptions,
+    ) -> Result<K> {
+        from_value(self.create(&GroupResource::of::<K>(), namespace, to_value(obj)?, opts)?)
+    }
+
+    /// The object a create would store (without its `resourceVersion`), and warnings about pruned fields:
+    /// names and namespace settled, system metadata reset, defaults, pruning, validation, and field ownership.
+    pub(super) fn prepare_create(
+        &self,
+        st: &mut State,
+        info: &ResourceInfo,
+        namespace: Option<&str>,
+        mut obj: Value,
+        managed: Managed<'_>,
+        validation: FieldValidation,
+    ) -> Result<(Value, Vec<String>)> {
+        let gr = info.group_resource();
+        if !obj.is_object() {
+            return Err(Error::BadRequest(
+                "the request body must be a JSON object".to_string(),
+            ));
+        }
+        let ns = scope_ns(info, namespace);
+        settle_create_metadata(info, &ns, &mut obj)?;
+        let name = meta::name_of(&obj).to_string();
+        if info.namespaced {
+            check_namespace_open(st, &gr, &ns, &name)?;
+        }
+        if st
+            .objects
+            .get(&gr)
+            .is_some_and(|m| m.contains_key(&(ns.clone(), name.clone())))
+        {
+            return Err(Error::AlreadyExists {
+                resource: gr.clone(),
+                name,
+            });
+        }
+        set_type_and_initial_status(info, &mut obj);
+        let warnings = self.normalize(info, &mut obj, validation)?;
+        if gr == GroupResource::new("", "services") {
+            allocate_cluster_ip(st, &mut obj);
+        }
+        validate(info, &obj)?;
+        stamp_system_metadata(info, &mut obj);
+        if let Managed::Update(manager) = managed {
+            let api_version = info.api_version(info.preferred_version());
+            fieldmanager::track_update(
+                None,
+                &mut obj,
+                manager,
+                &api_version,
+                None,
+                &Node::root(info.schema(info.preferred_version()), !info.is_custom()),
+            );
+        }
+        Ok((obj, warnings))
+    }
+
+    pub(super) fn insert_new(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        info: &ResourceInfo,
+        mut obj: Value,
+    ) -> Value {
+        let gr = info.group_resource();
+        let rv = next_rv(&mut st);
+        set_rv(&mut obj, rv);
+        let key = (
+            meta::namespace_of(&obj).to_string(),
+            meta::name_of(&obj).to_string(),
+        );
+        let obj = Arc::new(obj);
+        st.objects
+            .entry(gr.clone())
+            .or_default()
+            .insert(key.clone(), obj.clone());
+        push_event(
+            &mut st,
+            &self.shared.config,
+            &gr,
+            &key.0,
+            EventKind::Added,
+            obj.clone(),
+            None,
+        );
+        drop(st);
+        self.shared.changed.send_replace(rv);
+        (*obj).clone()
+    }
+}
+
+/// Settles the namespace and the name (from `generateName` when missing) and drops the system metadata a
+/// client may not set.
+fn settle_create_metadata(info: &ResourceInfo, ns: &str, obj: &mut Value) -> Result<()> {
+    let body_ns = meta::namespace_of(obj).to_string();
+    let md = metadata_mut(obj);
+    if info.namespaced {
+        if ns.is_empty() {
+            return Err(Error::BadRequest(
+                "a namespace is required for a namespaced resource".to_string(),
+            ));
+        }
+        if !body_ns.is_empty() && body_ns != ns {
+            return Err(Error::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request"
+                    .to_string(),
+            ));
+        }
+        md.insert("namespace".into(), json!(ns));
+    } else {
+        md.remove("namespace");
+    }
+    let has_name = md
+        .get("name")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    if !has_name {
+        match md.get("generateName").and_then(Value::as_str) {
+            Some(prefix) if !prefix.is_empty() => {
+                let name = format!("{prefix}{}", meta::random_suffix(5));
+                md.insert("name".into(), json!(name));
+            }
+            _ => {
+                return Err(Error::Invalid {
+                    qualified_kind: qualified_kind(info),
+                    group: info.group.clone(),
+                    kind: info.kind.clone(),
+                    name: String::new(),
+                    message: "metadata.name: Required value: name or generateName is required"
+                        .to_string(),
+                });
+            }
+        }
+    }
+    for k in [
+        "resourceVersion",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "selfLink",
+    ] {
+        md.remove(k);
+    }
+    Ok(())
+}
+
+/// Refuses a create in a namespace that does not exist or is being terminated.
+fn check_namespace_open(st: &State, gr: &GroupResource, ns: &str, name: &str) -> Result<()> {
+    let ns_obj = st
+        .objects
+        .get(&GroupResource::namespaces())
+        .and_then(|m| m.get(&(String::new(), ns.to_string())));
+    match ns_obj {
+        None => Err(Error::NotFound {
+            resource: GroupResource::namespaces(),
+            name: ns.to_string(),
+        }),
+        Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => Err(Error::Forbidden {
+            resource: gr.clone(),
+            name: name.to_string(),
+            reason: format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            ),
+        }),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Sets `apiVersion` and `kind`, drops a `status` the status subresource owns, and gives pods their
+/// initial status.
+fn set_type_and_initial_status(info: &ResourceInfo, obj: &mut Value) {
+    if let Value::Object(m) = obj {
+        m.insert(
+            "apiVersion".into(),
+            json!(info.api_version(info.preferred_version())),
+        );
+        m.insert("kind".into(), json!(info.kind));
+        if info.status_subresource {
+            m.remove("status");
+        }
+    }
+    if info.group_resource() == GroupResource::pods() {
+        let status = crate::defaults::initial_pod_status(obj);
+        if let Value::Object(m) = obj {
+            m.insert("status".into(), status);
+        }
+    }
+}
+
+/// Sets `uid`, `creationTimestamp` and the first `generation`.
+fn stamp_system_metadata(info: &ResourceInfo, obj: &mut Value) {
+    let md = metadata_mut(obj);
+    md.insert("uid".into(), json!(meta::new_uid()));
+    md.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
+    if info.generation != GenerationRule::None {
+        md.insert("generation".into(), json!(1));
+    }
+}
+
+fn allocate_cluster_ip(st: &mut State, obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if spec
+        .get("clusterIP")
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty())
+    {
+        let ip = spec.get("clusterIP").cloned().unwrap_or(Value::Null);
+        spec.entry("clusterIPs").or_insert_with(|| json!([ip]));
+    } else if spec.get("type").and_then(Value::as_str) != Some("ExternalName") {
+        let n = st.next_service_ip;
+        st.next_service_ip += 1;
+        let ip = format!("10.43.{}.{}", n / 254, n % 254 + 1);
+        spec.insert("clusterIP".into(), json!(ip));
+        spec.insert("clusterIPs".into(), json!([ip]));
+    }
+    spec.entry("ipFamilies").or_insert_with(|| json!(["IPv4"]));
+    spec.entry("ipFamilyPolicy")
+        .or_insert_with(|| json!("SingleStack"));
+}

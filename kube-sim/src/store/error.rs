@@ -1,0 +1,172 @@
+//! The store's errors, one-to-one with Kubernetes `Status` bodies.
+
+use serde_json::{Value, json};
+
+use crate::resource::GroupResource;
+
+/// An API error, convertible to a Kubernetes `Status`.
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum Error {
+    /// The URL names no known resource (also for custom resources whose CRD is not established yet).
+    #[error("the server could not find the requested resource")]
+    ResourceNotFound,
+    /// The object does not exist.
+    #[error("{resource} \"{name}\" not found")]
+    NotFound {
+        /// The resource.
+        resource: GroupResource,
+        /// The object name.
+        name: String,
+    },
+    /// An object with that name exists already.
+    #[error("{resource} \"{name}\" already exists")]
+    AlreadyExists {
+        /// The resource.
+        resource: GroupResource,
+        /// The object name.
+        name: String,
+    },
+    /// A precondition (usually `resourceVersion`) failed.
+    #[error("Operation cannot be fulfilled on {resource} \"{name}\": {reason}")]
+    Conflict {
+        /// The resource.
+        resource: GroupResource,
+        /// The object name.
+        name: String,
+        /// Why, for example `the object has been modified; please apply your changes to the latest version and try again`.
+        reason: String,
+    },
+    /// Server-side apply found fields owned by other managers.
+    #[error("{message}")]
+    ApplyConflict {
+        /// The full message.
+        message: String,
+        /// `(message, field)` pairs.
+        causes: Vec<(String, String)>,
+    },
+    /// The object failed validation.
+    #[error("{qualified_kind} \"{name}\" is invalid: {message}")]
+    Invalid {
+        /// `Kind.group`, or `Kind` for the core group.
+        qualified_kind: String,
+        /// The group.
+        group: String,
+        /// The kind.
+        kind: String,
+        /// The object name.
+        name: String,
+        /// The field errors, joined.
+        message: String,
+    },
+    /// The request is malformed.
+    #[error("{0}")]
+    BadRequest(String),
+    /// The patch type is not accepted for this resource.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// The operation is refused, for example creating in a terminating namespace.
+    #[error("{resource} \"{name}\" is forbidden: {reason}")]
+    Forbidden {
+        /// The resource.
+        resource: GroupResource,
+        /// The object name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A watch asked for history that is gone.
+    #[error("{0}")]
+    Expired(String),
+    /// The verb is not supported on this path.
+    #[error("the server does not allow this method on the requested resource")]
+    MethodNotAllowed,
+    /// The request was not authenticated.
+    #[error("Unauthorized")]
+    Unauthorized,
+}
+
+impl Error {
+    /// The HTTP status code.
+    pub fn code(&self) -> u16 {
+        match self {
+            Error::ResourceNotFound | Error::NotFound { .. } => 404,
+            Error::AlreadyExists { .. } | Error::Conflict { .. } | Error::ApplyConflict { .. } => {
+                409
+            }
+            Error::Invalid { .. } => 422,
+            Error::BadRequest(_) => 400,
+            Error::UnsupportedMediaType(_) => 415,
+            Error::Forbidden { .. } => 403,
+            Error::Expired(_) => 410,
+            Error::MethodNotAllowed => 405,
+            Error::Unauthorized => 401,
+        }
+    }
+
+    /// The Kubernetes `reason`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::ResourceNotFound | Error::NotFound { .. } => "NotFound",
+            Error::AlreadyExists { .. } => "AlreadyExists",
+            Error::Conflict { .. } | Error::ApplyConflict { .. } => "Conflict",
+            Error::Invalid { .. } => "Invalid",
+            Error::BadRequest(_) => "BadRequest",
+            Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            Error::Forbidden { .. } => "Forbidden",
+            Error::Expired(_) => "Expired",
+            Error::MethodNotAllowed => "MethodNotAllowed",
+            Error::Unauthorized => "Unauthorized",
+        }
+    }
+
+    /// The `Status` body, as the Kubernetes API server writes it.
+    pub fn status(&self) -> Value {
+        let details = match self {
+            Error::NotFound { resource, name }
+            | Error::AlreadyExists { resource, name }
+            | Error::Conflict { resource, name, .. }
+            | Error::Forbidden { resource, name, .. } => {
+                Some(json!({"name": name, "group": resource.group, "kind": resource.resource}))
+            }
+            Error::ApplyConflict { causes, .. } => {
+                Some(json!({"causes": causes.iter().map(|(m, f)| json!({
+                "reason": "FieldManagerConflict", "message": m, "field": f})).collect::<Vec<_>>()}))
+            }
+            Error::Invalid {
+                group,
+                kind,
+                name,
+                message,
+                ..
+            } => Some(json!({"name": name, "group": group, "kind": kind,
+                "causes": [{"reason": "FieldValueInvalid", "message": message}]})),
+            Error::ResourceNotFound => Some(json!({})),
+            _ => None,
+        };
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.to_string(),
+            "reason": self.reason(),
+            "code": self.code(),
+        });
+        if let (Some(d), Value::Object(m)) = (details, &mut status) {
+            m.insert("details".into(), d);
+        }
+        status
+    }
+
+    pub(super) fn stale(resource: &GroupResource, name: &str) -> Error {
+        Error::Conflict {
+            resource: resource.clone(),
+            name: name.to_string(),
+            reason: "the object has been modified; please apply your changes to the latest version and try again"
+                .to_string(),
+        }
+    }
+}
+
+/// A store operation result.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,453 @@
+//! Updates of the main resource and of the status subresource: system metadata kept, defaults, pruning,
+//! validation, generation and field ownership before the object is stored.
+
+use std::sync::{Arc, MutexGuard};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::history::{EventKind, push_event};
+use super::{
+    Error, FieldValidation, Key, Result, State, Store, WriteOptions, from_value, next_rv,
+    qualified_kind, scope_ns, set_rv, to_value,
+};
+use crate::fieldmanager;
+use crate::meta::{self, metadata_mut};
+use crate::resource::{GenerationRule, GroupResource, ResourceInfo};
+use crate::schema::{self, Node};
+
+/// Which endpoint a write goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Endpoint {
+    Main,
+    Status,
+}
+
+impl Endpoint {
+    pub(super) fn subresource(self) -> Option<&'static str> {
+        match self {
+            Endpoint::Main => None,
+            Endpoint::Status => Some("status"),
+        }
+    }
+}
+
+pub(super) enum Managed<'a> {
+    /// Record an `Update` by this manager.
+    Update(&'a str),
+    /// `managedFields` were computed by apply already.
+    Precomputed,
+}
+
+impl Store {
+    /// Replaces an object through the main endpoint; `status` is kept when a status subresource exists.
+    pub fn update(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<Value> {
+        self.update_at(gr, namespace, obj, opts, Endpoint::Main)
+    }
+
+    /// Replaces an object's `status` through the status subresource; `spec` is kept.
+    pub fn update_status(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<Value> {
+        self.update_at(gr, namespace, obj, opts, Endpoint::Status)
+    }
+
+    /// Replaces a `k8s-openapi` object through the main endpoint.
+    pub fn update_as<K: k8s_openapi::Resource + Serialize + DeserializeOwned>(
+        &self,
+        namespace: Option<&str>,
+        obj: &K,
+        opts: &WriteOptions,
+    ) -> Result<K> {
+        from_value(self.update(&GroupResource::of::<K>(), namespace, to_value(obj)?, opts)?)
+    }
+
+    /// Replaces a `k8s-openapi` object's status.
+    pub fn update_status_as<K: k8s_openapi::Resource + Serialize + DeserializeOwned>(
+        &self,
+        namespace: Option<&str>,
+        obj: &K,
+        opts: &WriteOptions,
+    ) -> Result<K> {
+        from_value(self.update_status(
+            &GroupResource::of::<K>(),
+            namespace,
+            to_value(obj)?,
+            opts,
+        )?)
+    }
+
+    fn update_at(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+        endpoint: Endpoint,
+    ) -> Result<Value> {
+        let manager = opts.field_manager.as_deref().unwrap_or("kube-sim");
+        let name = meta::name_of(&obj).to_string();
+        if name.is_empty() {
+            return Err(Error::BadRequest("name is required for update".to_string()));
+        }
+        let st = self.lock();
+        let info = st.info(gr)?;
+        let key = (scope_ns(&info, namespace), name.clone());
+        let old = st.stored(gr, &key)?;
+        if let Some(rv) = meta::str_at(&obj, "/metadata/resourceVersion").filter(|s| !s.is_empty())
+            && Some(rv) != meta::str_at(&old, "/metadata/resourceVersion")
+        {
+            return Err(Error::stale(gr, &name));
+        }
+        let (new, _warnings) = self.prepare_update(
+            &info,
+            &old,
+            obj,
+            endpoint,
+            Managed::Update(manager),
+            opts.field_validation,
+        )?;
+        if opts.dry_run {
+            return Ok(new);
+        }
+        Ok(self.commit_update(st, &info, key, old, new))
+    }
+
+    /// Defaults built-in types and prunes custom resources; returns warnings about pruned fields.
+    pub(super) fn normalize(
+        &self,
+        info: &ResourceInfo,
+        obj: &mut Value,
+        validation: FieldValidation,
+    ) -> Result<Vec<String>> {
+        let removed = if info.is_custom() {
+            let Some(schema) = info.schema(info.preferred_version()) else {
+                return Ok(Vec::new());
+            };
+            schema::prune_custom_resource(obj, schema)
+        } else {
+            let removed = schema::prune_built_in(&info.group, &info.plural, obj);
+            crate::defaults::apply(&info.group, &info.plural, obj);
+            removed
+        };
+        if removed.is_empty() {
+            return Ok(Vec::new());
+        }
+        match validation {
+            FieldValidation::Strict => Err(Error::BadRequest(format!(
+                "strict decoding error: {}",
+                removed
+                    .iter()
+                    .map(|p| format!("unknown field \"{p}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+            FieldValidation::Warn => Ok(removed
+                .iter()
+                .map(|p| format!("unknown field \"{p}\""))
+                .collect()),
+            FieldValidation::Ignore => Ok(Vec::new()),
+        }
+    }
+
+    /// The object an update would store (without its new `resourceVersion`), and warnings about pruned
+    /// fields: the endpoint's part of the body over the stored object, system metadata kept, defaults,
+    /// pruning, validation, generation and field ownership. A write that changes nothing returns the stored
+    /// object.
+    pub(super) fn prepare_update(
+        &self,
+        info: &ResourceInfo,
+        old: &Value,
+        obj: Value,
+        endpoint: Endpoint,
+        managed: Managed<'_>,
+        validation: FieldValidation,
+    ) -> Result<(Value, Vec<String>)> {
+        if !obj.is_object() {
+            return Err(Error::BadRequest(
+                "the request body must be a JSON object".to_string(),
+            ));
+        }
+        let name = meta::name_of(old);
+        if meta::name_of(&obj) != name {
+            return Err(Error::BadRequest(format!(
+                "the name of the object ({}) does not match the name on the URL ({name})",
+                meta::name_of(&obj)
+            )));
+        }
+        let mut new = match endpoint {
+            Endpoint::Main => main_update(info, old, obj),
+            Endpoint::Status => status_update(info, old, &obj)?,
+        };
+        keep_system_metadata(old, &mut new, &managed, endpoint);
+        if let Value::Object(m) = &mut new {
+            m.insert(
+                "apiVersion".into(),
+                json!(info.api_version(info.preferred_version())),
+            );
+            m.insert("kind".into(), json!(info.kind));
+        }
+        let warnings = self.normalize(info, &mut new, validation)?;
+        validate(info, &new)?;
+        if endpoint == Endpoint::Main && bumps_generation(info, old, &new) {
+            let g = old
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+                + 1;
+            metadata_mut(&mut new).insert("generation".into(), json!(g));
+        }
+        if let Managed::Update(manager) = managed {
+            // Ownership is computed from the stored entries, not from whatever the client sent back.
+            match old.pointer("/metadata/managedFields") {
+                Some(mf) => metadata_mut(&mut new).insert("managedFields".into(), mf.clone()),
+                None => metadata_mut(&mut new).remove("managedFields"),
+            };
+            // A write that changes nothing keeps the stored object, field ownership included.
+            if same_ignoring_times(old, &new) {
+                return Ok((old.clone(), warnings));
+            }
+            fieldmanager::track_update(
+                Some(old),
+                &mut new,
+                manager,
+                &info.api_version(info.preferred_version()),
+                endpoint.subresource(),
+                &Node::root(info.schema(info.preferred_version()), !info.is_custom()),
+            );
+        }
+        Ok((new, warnings))
+    }
+
+    pub(super) fn commit_update(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        info: &ResourceInfo,
+        key: Key,
+        old: Arc<Value>,
+        mut new: Value,
+    ) -> Value {
+        if same_ignoring_times(&old, &new) {
+            return (*old).clone();
+        }
+        let gr = info.group_resource();
+        let finished = new.pointer("/metadata/deletionTimestamp").is_some()
+            && meta::is_empty_value(new.pointer("/metadata/finalizers"))
+            && new
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+                == 0
+            && gr != GroupResource::namespaces();
+        let rv = next_rv(&mut st);
+        set_rv(&mut new, rv);
+        let new = Arc::new(new);
+        if finished {
+            if let Some(m) = st.objects.get_mut(&gr) {
+                m.remove(&key);
+            }
+            push_event(
+                &mut st,
+                &self.shared.config,
+                &gr,
+                &key.0,
+                EventKind::Deleted,
+                new.clone(),
+                Some(old),
+            );
+        } else {
+            st.objects
+                .entry(gr.clone())
+                .or_default()
+                .insert(key.clone(), new.clone());
+            push_event(
+                &mut st,
+                &self.shared.config,
+                &gr,
+                &key.0,
+                EventKind::Modified,
+                new.clone(),
+                Some(old),
+            );
+        }
+        drop(st);
+        self.shared.changed.send_replace(rv);
+        (*new).clone()
+    }
+}
+
+/// An update through the main endpoint: the body, with the stored `status` when a status subresource owns it.
+fn main_update(info: &ResourceInfo, old: &Value, mut new: Value) -> Value {
+    if info.status_subresource
+        && let Value::Object(m) = &mut new
+    {
+        match old.get("status") {
+            Some(s) => m.insert("status".into(), s.clone()),
+            None => m.remove("status"),
+        };
+    }
+    new
+}
+
+/// An update through the status subresource: the stored object with the body's `status` (and, for built-in
+/// types, its annotations).
+fn status_update(info: &ResourceInfo, old: &Value, obj: &Value) -> Result<Value> {
+    if !info.status_subresource {
+        return Err(Error::ResourceNotFound);
+    }
+    let mut new = old.clone();
+    if let Value::Object(m) = &mut new {
+        match obj.get("status") {
+            Some(s) => m.insert("status".into(), s.clone()),
+            None => m.remove("status"),
+        };
+    }
+    let md_new = obj.get("metadata");
+    let md = metadata_mut(&mut new);
+    if let Some(mf) = md_new.and_then(|m| m.get("managedFields")) {
+        md.insert("managedFields".into(), mf.clone());
+    }
+    if !info.is_custom() {
+        match md_new.and_then(|m| m.get("annotations")) {
+            Some(a) => md.insert("annotations".into(), a.clone()),
+            None => md.remove("annotations"),
+        };
+    }
+    Ok(new)
+}
+
+/// Keeps the system metadata of the stored object whatever the body says, and its `managedFields` when an
+/// update through the main endpoint sends none.
+fn keep_system_metadata(old: &Value, new: &mut Value, managed: &Managed<'_>, endpoint: Endpoint) {
+    let old_md = old
+        .get("metadata")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let md = metadata_mut(new);
+    for k in [
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+        "namespace",
+        "resourceVersion",
+    ] {
+        match old_md.get(k) {
+            Some(v) => md.insert(k.to_string(), v.clone()),
+            None => md.remove(k),
+        };
+    }
+    md.remove("selfLink");
+    if let Managed::Update(_) = *managed
+        && endpoint == Endpoint::Main
+        && !md.contains_key("managedFields")
+        && let Some(mf) = old_md.get("managedFields")
+    {
+        md.insert("managedFields".into(), mf.clone());
+    }
+}
+
+fn same_ignoring_times(a: &Value, b: &Value) -> bool {
+    let mut a = a.clone();
+    let mut b = b.clone();
+    fieldmanager::strip_times(&mut a);
+    fieldmanager::strip_times(&mut b);
+    metadata_mut(&mut a).remove("resourceVersion");
+    metadata_mut(&mut b).remove("resourceVersion");
+    a == b
+}
+
+fn bumps_generation(info: &ResourceInfo, old: &Value, new: &Value) -> bool {
+    match info.generation {
+        GenerationRule::None => false,
+        GenerationRule::Spec => old.get("spec") != new.get("spec"),
+        GenerationRule::SpecOrAnnotations => {
+            old.get("spec") != new.get("spec")
+                || old.pointer("/metadata/annotations") != new.pointer("/metadata/annotations")
+        }
+        GenerationRule::NonMetadata => {
+            let strip = |v: &Value| {
+                let mut m = v.as_object().cloned().unwrap_or_default();
+                m.remove("metadata");
+                if info.status_subresource {
+                    m.remove("status");
+                }
+                m
+            };
+            strip(old) != strip(new)
+        }
+    }
+}
+
+pub(super) fn validate(info: &ResourceInfo, obj: &Value) -> Result<()> {
+    let invalid = |message: String| Error::Invalid {
+        qualified_kind: qualified_kind(info),
+        group: info.group.clone(),
+        kind: info.kind.clone(),
+        name: meta::name_of(obj).to_string(),
+        message,
+    };
+    let name = meta::name_of(obj);
+    let dns_ok = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
+    if !dns_ok(name) && info.plural != "events" {
+        return Err(invalid(format!(
+            "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case \
+             alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+        )));
+    }
+    if info.group == "apps" && (info.plural == "deployments" || info.plural == "replicasets") {
+        let Some(selector) = obj
+            .pointer("/spec/selector/matchLabels")
+            .and_then(Value::as_object)
+        else {
+            return Err(invalid("spec.selector: Required value".to_string()));
+        };
+        let labels = obj
+            .pointer("/spec/template/metadata/labels")
+            .and_then(Value::as_object);
+        let matches = selector
+            .iter()
+            .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
+        if !matches || selector.is_empty() {
+            return Err(invalid(format!(
+                "spec.template.metadata.labels: Invalid value: {}: `selector` does not match template `labels`",
+                labels
+                    .map(|l| Value::Object(l.clone()))
+                    .unwrap_or(Value::Null)
+            )));
+        }
+    }
+    if info.plural == "customresourcedefinitions" {
+        let spec_name = format!(
+            "{}.{}",
+            meta::str_at(obj, "/spec/names/plural").unwrap_or(""),
+            meta::str_at(obj, "/spec/group").unwrap_or("")
+        );
+        if spec_name != name {
+            return Err(invalid(format!(
+                "metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"
+            )));
+        }
+    }
+    Ok(())
+}
