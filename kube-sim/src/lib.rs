@@ -7,6 +7,8 @@
 //! kubeconfig path; the `kube-sim` binary runs the same thing as a process (`serve`) or as a stand-in for the
 //! k3s node image (`server`).
 
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
 pub mod controller;
 pub mod defaults;
 pub mod discovery;
