@@ -323,3 +323,23 @@ fn to_value<K: Serialize>(obj: &K) -> Result<Value> {
 
 #[cfg(test)]
 mod tests;
+
+/// Records `manager`'s ownership of what an update (or create, with no
+/// `old`) changed, against the type's schema at its preferred version.
+fn track_update(
+    info: &crate::resource::ResourceInfo,
+    old: Option<&Value>,
+    new: &mut Value,
+    manager: &str,
+    subresource: Option<&str>,
+) {
+    let version = info.preferred_version();
+    crate::fieldmanager::track_update(
+        old,
+        new,
+        manager,
+        &info.api_version(version),
+        subresource,
+        &crate::schema::Node::root(info.schema(version), !info.is_custom()),
+    );
+}

@@ -6,16 +6,14 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::history::{EventKind, push_event};
+use super::history::{EventKind, store_object};
 use super::update::{Managed, validate};
 use super::{
     Error, FieldValidation, Result, State, Store, WriteOptions, from_value, next_rv,
     qualified_kind, scope_ns, set_rv, to_value,
 };
-use crate::fieldmanager;
 use crate::meta::{self, metadata_mut};
 use crate::resource::{GenerationRule, GroupResource, ResourceInfo};
-use crate::schema::Node;
 
 impl Store {
     /// Creates an object. `metadata.generateName` is honoured; the namespace must exist and not be terminating.
@@ -94,15 +92,7 @@ impl Store {
         validate(info, &obj)?;
         stamp_system_metadata(info, &mut obj);
         if let Managed::Update(manager) = managed {
-            let api_version = info.api_version(info.preferred_version());
-            fieldmanager::track_update(
-                None,
-                &mut obj,
-                manager,
-                &api_version,
-                None,
-                &Node::root(info.schema(info.preferred_version()), !info.is_custom()),
-            );
+            super::track_update(info, None, &mut obj, manager, None);
         }
         Ok((obj, warnings))
     }
@@ -121,15 +111,11 @@ impl Store {
             meta::name_of(&obj).to_string(),
         );
         let obj = Arc::new(obj);
-        st.objects
-            .entry(gr.clone())
-            .or_default()
-            .insert(key.clone(), obj.clone());
-        push_event(
+        store_object(
             &mut st,
             &self.shared.config,
             &gr,
-            &key.0,
+            &key,
             EventKind::Added,
             obj.clone(),
             None,

@@ -4,7 +4,7 @@ use std::sync::{Arc, MutexGuard};
 
 use serde_json::{Value, json};
 
-use super::history::{EventKind, push_event};
+use super::history::{EventKind, push_event, store_object};
 use super::{
     DeleteOptions, Deleted, Error, Key, Result, State, Store, StoreConfig, next_rv, scope_ns,
     set_rv,
@@ -262,11 +262,15 @@ fn orphan_dependents(st: &mut State, config: &StoreConfig, uid: &str) {
         let rv = next_rv(st);
         set_rv(&mut new, rv);
         let new = Arc::new(new);
-        st.objects
-            .entry(gr.clone())
-            .or_default()
-            .insert(key.clone(), new.clone());
-        push_event(st, config, &gr, &key.0, EventKind::Modified, new, Some(old));
+        store_object(
+            st,
+            config,
+            &gr,
+            &key,
+            EventKind::Modified,
+            new.clone(),
+            Some(old),
+        );
     }
 }
 

@@ -8,7 +8,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::list::parse_selectors;
-use super::{Error, ListOptions, Result, State, Store, StoreConfig, next_rv};
+use super::{Error, Key, ListOptions, Result, State, Store, StoreConfig, next_rv};
 use crate::meta;
 use crate::resource::GroupResource;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -117,6 +117,23 @@ impl Store {
             done: false,
         })
     }
+}
+
+/// Stores `object` under `key` and records its event for watchers.
+pub(super) fn store_object(
+    st: &mut State,
+    config: &StoreConfig,
+    gr: &GroupResource,
+    key: &Key,
+    kind: EventKind,
+    object: Arc<Value>,
+    previous: Option<Arc<Value>>,
+) {
+    st.objects
+        .entry(gr.clone())
+        .or_default()
+        .insert(key.clone(), object.clone());
+    push_event(st, config, gr, &key.0, kind, object, previous);
 }
 
 pub(super) fn push_event(

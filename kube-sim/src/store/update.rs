@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::history::{EventKind, push_event};
+use super::history::{EventKind, push_event, store_object};
 use super::{
     Error, FieldValidation, Key, Result, State, Store, WriteOptions, from_value, next_rv,
     qualified_kind, scope_ns, set_rv, to_value,
@@ -15,7 +15,7 @@ use super::{
 use crate::fieldmanager;
 use crate::meta::{self, metadata_mut};
 use crate::resource::{GenerationRule, GroupResource, ResourceInfo};
-use crate::schema::{self, Node};
+use crate::schema;
 
 /// Which endpoint a write goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -218,14 +218,7 @@ impl Store {
             if same_ignoring_times(old, &new) {
                 return Ok((old.clone(), warnings));
             }
-            fieldmanager::track_update(
-                Some(old),
-                &mut new,
-                manager,
-                &info.api_version(info.preferred_version()),
-                endpoint.subresource(),
-                &Node::root(info.schema(info.preferred_version()), !info.is_custom()),
-            );
+            super::track_update(info, Some(old), &mut new, manager, endpoint.subresource());
         }
         Ok((new, warnings))
     }
@@ -267,15 +260,11 @@ impl Store {
                 Some(old),
             );
         } else {
-            st.objects
-                .entry(gr.clone())
-                .or_default()
-                .insert(key.clone(), new.clone());
-            push_event(
+            store_object(
                 &mut st,
                 &self.shared.config,
                 &gr,
-                &key.0,
+                &key,
                 EventKind::Modified,
                 new.clone(),
                 Some(old),
