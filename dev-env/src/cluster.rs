@@ -179,29 +179,15 @@ const STOP_TIMEOUT_SECONDS: i32 = 20;
 
 /// Names of the pod containers a sim node ran for environment `env`.
 pub async fn pod_containers(docker: &Docker, env: &str) -> Result<Vec<String>, Error> {
-    let filters = HashMap::from([(
-        String::from("label"),
-        vec![
-            format!("{}={env}", docker::LABEL_NAME),
-            String::from("io.kubernetes.pod.name"),
-        ],
-    )]);
-    let options = bollard::query_parameters::ListContainersOptions {
-        all: true,
-        filters: Some(filters),
-        ..Default::default()
-    };
-    let containers = docker
-        .list_containers(Some(options))
-        .await
-        .map_err(|e| docker::Error::api(format!("list the pod containers of `{env}`"), e))?;
+    let labels = vec![
+        format!("{}={env}", docker::LABEL_NAME),
+        String::from("io.kubernetes.pod.name"),
+    ];
+    let what = format!("the pod containers of `{env}`");
+    let containers = docker::containers_labelled(docker, labels, &what).await?;
     Ok(containers
-        .into_iter()
-        .filter_map(|c| {
-            c.names?
-                .first()
-                .map(|n| n.trim_start_matches('/').to_string())
-        })
+        .iter()
+        .filter_map(docker::container_name)
         .collect())
 }
 

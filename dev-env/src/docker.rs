@@ -151,6 +151,34 @@ pub async fn remove_container(docker: &Docker, name: &str) -> Result<bool, Error
     }
 }
 
+/// Every container (running or not) that carries all of `labels`
+/// (`key=value`, or `key` for any value); `what` names them in errors.
+pub async fn containers_labelled(
+    docker: &Docker,
+    labels: Vec<String>,
+    what: &str,
+) -> Result<Vec<bollard::models::ContainerSummary>, Error> {
+    let filters = HashMap::from([(String::from("label"), labels)]);
+    let options = bollard::query_parameters::ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    docker
+        .list_containers(Some(options))
+        .await
+        .map_err(|e| Error::api(format!("list {what}"), e))
+}
+
+/// A listed container's name, without the engine's leading `/`.
+pub fn container_name(container: &bollard::models::ContainerSummary) -> Option<String> {
+    container
+        .names
+        .as_ref()?
+        .first()
+        .map(|n| n.trim_start_matches('/').to_string())
+}
+
 /// Removes volume `name`; `false` when there was nothing to remove. Not
 /// forced: the engine answers a forced removal of a missing volume with
 /// success, and a volume still in use must not go.

@@ -1,15 +1,12 @@
 //! The shared bridge network that the registry and the node attach to, so
 //! pods reach the registry by its container name.
 
-use std::collections::HashMap;
-
 use bollard::{
     Docker,
     models::{
         ContainerSummary, EndpointSettings, Ipam, IpamConfig, NetworkConnectRequest,
         NetworkCreateRequest, NetworkDisconnectRequest, NetworkInspect,
     },
-    query_parameters::ListContainersOptions,
 };
 
 use crate::{
@@ -120,19 +117,9 @@ pub async fn attach_environment(docker: &Docker, config: &Config) -> Result<Vec<
     let Some(network) = inspect(docker, name).await? else {
         return Ok(Vec::new());
     };
-    let filters = HashMap::from([(
-        String::from("label"),
-        vec![format!("{LABEL_NAME}={}", config.name)],
-    )]);
-    let options = ListContainersOptions {
-        all: true,
-        filters: Some(filters),
-        ..Default::default()
-    };
-    let containers = docker
-        .list_containers(Some(options))
-        .await
-        .map_err(|e| docker::Error::api(format!("list the containers of `{}`", config.name), e))?;
+    let labels = vec![format!("{LABEL_NAME}={}", config.name)];
+    let what = format!("the containers of `{}`", config.name);
+    let containers = docker::containers_labelled(docker, labels, &what).await?;
     let mut attached = Vec::new();
     for container in containers {
         let Some(id) = container.id.clone() else {
@@ -146,7 +133,7 @@ pub async fn attach_environment(docker: &Docker, config: &Config) -> Result<Vec<
         if endpoint.is_some_and(|e| e.network_id.is_some() && e.network_id == network.id) {
             continue;
         }
-        let display = container_name(&container).unwrap_or_else(|| id.clone());
+        let display = docker::container_name(&container).unwrap_or_else(|| id.clone());
         if endpoint.is_some() {
             let request = NetworkDisconnectRequest {
                 container: id.clone(),
@@ -167,14 +154,6 @@ pub async fn attach_environment(docker: &Docker, config: &Config) -> Result<Vec<
         attached.push(display);
     }
     Ok(attached)
-}
-
-fn container_name(container: &ContainerSummary) -> Option<String> {
-    container
-        .names
-        .as_ref()?
-        .first()
-        .map(|n| n.trim_start_matches('/').to_string())
 }
 
 /// The name others reach a container of the environment by.

@@ -55,3 +55,61 @@ impl fmt::Display for DryRun {
         writeln!(f, "dry run: nothing was changed")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{Change, Drift, Object};
+
+    fn plan() -> Plan {
+        let dir = crate::config::tests::workspace(&[]);
+        let file = dir.path().join("dev-env.yaml");
+        let config = Config::parse(&file, "name: demo\ncluster: {provider: k3s}\n").unwrap();
+        Plan::new(&config, &State::default(), Vec::new())
+    }
+
+    #[test]
+    fn a_dry_run_ends_with_what_already_exists_and_names_the_file() {
+        let plan = plan();
+        let file = plan.config.file.display().to_string();
+        let clean = DryRun {
+            plan: plan.clone(),
+            drift: Ok(Vec::new()),
+            recreate: false,
+        };
+        let text = clean.to_string();
+        assert!(
+            text.starts_with(&format!("plan for `demo` ({file})\n")),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(&format!(
+                "nothing has drifted from {file}\ndry run: nothing was changed\n"
+            )),
+            "{text}"
+        );
+        let drifted = DryRun {
+            plan,
+            drift: Ok(vec![Drift {
+                object: Object::Network,
+                name: String::from("demo"),
+                changes: vec![Change {
+                    field: String::from("ipv4Subnet"),
+                    was: String::from("10.0.0.0/24"),
+                    now: String::from("10.1.0.0/24"),
+                }],
+            }]),
+            recreate: true,
+        };
+        let text = drifted.to_string();
+        assert!(
+            text.ends_with(
+                "    ipv4Subnet: 10.0.0.0/24 -> 10.1.0.0/24\n1 drifted object(s) would be recreated\ndry run: nothing was changed\n"
+            ),
+            "{text}"
+        );
+        for debug in ["Some(", "{ ", "None"] {
+            assert!(!text.contains(debug), "{text}");
+        }
+    }
+}
