@@ -322,78 +322,90 @@ async fn start(docker: &Docker, container: &str) -> Result<(), Error> {
 /// the network, and waits for `/readyz`.
 async fn connect(docker: &Docker, config: &Config, spec: &NodeSpec) -> Result<Node, Error> {
     let container = spec.container.clone();
-    let wait_err = |source| Error::Wait {
-        container: container.clone(),
-        source,
-    };
     let dir = config.state_dir();
-    let (api_port, host, network) = wait::poll("the node's kubeconfig", START_TIMEOUT, || async {
+    let host_kubeconfig = dir.join(kubeconfig::HOST_FILE);
+    let network_kubeconfig = dir.join(kubeconfig::NETWORK_FILE);
+    // One poll for the whole handshake: a kubeconfig that does not reach a
+    // ready API (a previous run's, with its old CA) is read again.
+    let api_port = wait::poll("the node's API", START_TIMEOUT, || async {
         let Some(inspected) = inspect_container(docker, &container).await? else {
             return Ok(Step::Pending(String::from("container missing")));
         };
-        if !is_running(&inspected) {
-            let code = inspected
-                .state
-                .as_ref()
-                .and_then(|s| s.exit_code)
-                .unwrap_or(-1);
-            return Err(Error::Exited {
-                container: container.clone(),
-                code,
-                logs: logs_tail(docker, &container, 20).await,
-            });
-        }
-        let Some(port) = published_port(&inspected, NODE_API_PORT) else {
-            return Ok(Step::Pending(String::from("API port not published yet")));
+        let (port, text) = match current_kubeconfig(docker, &container, &inspected).await? {
+            Step::Done(found) => found,
+            Step::Pending(why) => return Ok(Step::Pending(why)),
         };
-        // A restarted server writes a new kubeconfig (kube-sim even a new
-        // CA); one older than this start is the previous run's.
-        let started = inspected
-            .state
-            .as_ref()
-            .and_then(|s| s.started_at.as_deref())
-            .and_then(|t| t.parse::<Timestamp>().ok())
-            .map_or(0, |t| t.as_second());
-        let text = match read_file(docker, &container, NODE_KUBECONFIG_OUTPUT).await {
-            Some((text, mtime)) if mtime >= started => text,
-            Some(_) => {
-                return Ok(Step::Pending(format!(
-                    "{NODE_KUBECONFIG_OUTPUT} is from before this start"
-                )));
-            }
-            None => {
-                return Ok(Step::Pending(format!(
-                    "{NODE_KUBECONFIG_OUTPUT} not written yet"
-                )));
-            }
+        let (port, host, network) = match rewritten(&text, &config.name, port, &container) {
+            Step::Done(rewritten) => rewritten,
+            Step::Pending(why) => return Ok(Step::Pending(why)),
         };
-        Ok(rewritten(&text, &config.name, port, &container))
-    })
-    .await
-    .map_err(wait_err)??;
-
-    let node = Node {
-        container: container.clone(),
-        api_port,
-        host_kubeconfig: dir.join(kubeconfig::HOST_FILE),
-        network_kubeconfig: dir.join(kubeconfig::NETWORK_FILE),
-    };
-    kubeconfig::write(&node.host_kubeconfig, &host)?;
-    kubeconfig::write(&node.network_kubeconfig, &network)?;
-
-    let client = kubeconfig::client(&node.host_kubeconfig, None).await?;
-    wait::poll("the API server's /readyz", START_TIMEOUT, || async {
+        kubeconfig::write(&host_kubeconfig, &host)?;
+        kubeconfig::write(&network_kubeconfig, &network)?;
+        let client = kubeconfig::client(&host_kubeconfig, None).await?;
         let request = http::Request::get("/readyz")
             .body(Vec::new())
             .expect("static request");
         Ok::<_, Error>(match client.request_text(request).await {
-            Ok(_) => Step::Done(()),
-            Err(e) => Step::Pending(e.to_string()),
+            Ok(_) => Step::Done(port),
+            Err(e) => Step::Pending(format!("/readyz: {e}")),
         })
     })
     .await
-    .map_err(wait_err)??;
-    Ok(node)
+    .map_err(|source| Error::Wait {
+        container: container.clone(),
+        source,
+    })??;
+    Ok(Node {
+        container,
+        api_port,
+        host_kubeconfig,
+        network_kubeconfig,
+    })
+}
+
+/// The API port and the kubeconfig the running server wrote since it last
+/// started, or why there is none yet. A node that stopped fails at once
+/// with its last log lines.
+async fn current_kubeconfig(
+    docker: &Docker,
+    container: &str,
+    inspected: &bollard::models::ContainerInspectResponse,
+) -> Result<Step<(u16, String)>, Error> {
+    if !is_running(inspected) {
+        let code = inspected
+            .state
+            .as_ref()
+            .and_then(|s| s.exit_code)
+            .unwrap_or(-1);
+        return Err(Error::Exited {
+            container: container.to_string(),
+            code,
+            logs: logs_tail(docker, container, 20).await,
+        });
+    }
+    let Some(port) = published_port(inspected, NODE_API_PORT) else {
+        return Ok(Step::Pending(String::from("API port not published yet")));
+    };
+    // A restarted server writes a new kubeconfig (kube-sim even a new CA);
+    // one older than this start is the previous run's. The file's time has
+    // whole seconds and the engine records the start after the process
+    // began, so one second of slack; a stale file that slips through fails
+    // `/readyz` and is read again.
+    let started = inspected
+        .state
+        .as_ref()
+        .and_then(|s| s.started_at.as_deref())
+        .and_then(|t| t.parse::<Timestamp>().ok())
+        .map_or(0, |t| t.as_second());
+    Ok(
+        match read_file(docker, container, NODE_KUBECONFIG_OUTPUT).await {
+            Some((text, mtime)) if mtime + 1 >= started => Step::Done((port, text)),
+            Some(_) => Step::Pending(format!(
+                "{NODE_KUBECONFIG_OUTPUT} is from before this start"
+            )),
+            None => Step::Pending(format!("{NODE_KUBECONFIG_OUTPUT} not written yet")),
+        },
+    )
 }
 
 /// The node's kubeconfig rewritten for the host and for the network. The
