@@ -334,8 +334,7 @@ async fn aggregated_discovery_lists_every_group_in_one_document() {
             .unwrap_or_else(|| panic!("{gvk:?} is discovered"));
         assert!(caps.supports_operation("patch"));
     }
-    let (code, body) =
-        crate::raw(&client, http::Method::GET, "/apis", "application/json", "").await;
+    let (code, body) = crate::get(&client, "/apis").await;
     assert_eq!(code, 200);
     assert_eq!(
         crate::json(&body)["kind"],

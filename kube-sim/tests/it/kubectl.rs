@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::{WEB_DEPLOYMENT, WIDGET_CRD, kubectl_at, kubectl_ok, manifest, start};
+use crate::{WEB_DEPLOYMENT, WIDGET_CRD, apply, kubectl_at, kubectl_ok, manifest, start};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_applies_patches_and_deletes_a_deployment() {
@@ -65,12 +65,7 @@ async fn kubectl_applies_patches_and_deletes_a_deployment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_applies_a_crd_and_a_custom_resource_then_merge_patches_it() {
     let sim = start().await;
-    let (_crd_dir, crd) = manifest(WIDGET_CRD);
-    kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", crd.to_str().unwrap()],
-    )
-    .await;
+    apply(&sim, WIDGET_CRD).await;
     let waited = kubectl_ok(
         &sim,
         &[
@@ -84,24 +79,14 @@ async fn kubectl_applies_a_crd_and_a_custom_resource_then_merge_patches_it() {
     assert!(waited.contains("condition met"), "{waited}");
 
     let cr = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: default}\nspec: {size: 3, colors: [red, blue]}\n";
-    let (_cr_dir, cr_path) = manifest(cr);
-    let out = kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", cr_path.to_str().unwrap()],
-    )
-    .await;
+    let out = apply(&sim, cr).await;
     assert!(
         out.contains("widget.example.com/w1 serverside-applied"),
         "{out}"
     );
 
     let table = kubectl_ok(&sim, &["get", "widgets"]).await;
-    let header: Vec<&str> = table
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let header = columns(&table);
     assert_eq!(
         header,
         ["NAME", "SIZE", "READY", "AGE"],
@@ -202,19 +187,9 @@ async fn kubectl_client_side_apply_merges_containers_and_rollout_restart_patches
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_prints_the_server_side_table_columns() {
     let sim = start().await;
-    let (_dir, path) = manifest(WEB_DEPLOYMENT);
-    kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", path.to_str().unwrap()],
-    )
-    .await;
+    apply(&sim, WEB_DEPLOYMENT).await;
     let out = kubectl_ok(&sim, &["get", "deployments"]).await;
-    let header: Vec<&str> = out
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let header = columns(&out);
     assert_eq!(
         header,
         ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
@@ -255,4 +230,14 @@ async fn kubectl_apply_refuses_a_misspelt_field_like_a_real_cluster() {
         stderr.contains("unknown field \"spec.replcas\""),
         "{stderr}"
     );
+}
+
+/// The column names in the first line of kubectl's table output.
+fn columns(table: &str) -> Vec<&str> {
+    table
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect()
 }

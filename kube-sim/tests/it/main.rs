@@ -86,6 +86,16 @@ pub fn manifest(contents: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, path)
 }
 
+/// Applies a manifest with `kubectl apply --server-side` and returns kubectl's output.
+pub async fn apply(sim: &Sim, contents: &str) -> String {
+    let (_dir, path) = manifest(contents);
+    kubectl_ok(
+        sim,
+        &["apply", "--server-side", "-f", path.to_str().unwrap()],
+    )
+    .await
+}
+
 /// A CRD for `widgets.example.com` with a status subresource and a template whose metadata schema has no properties.
 pub const WIDGET_CRD: &str = r#"
 apiVersion: apiextensions.k8s.io/v1
@@ -217,6 +227,23 @@ pub async fn raw(
         .expect("the body is read")
         .to_bytes();
     (code, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// A `GET` through a kube client: the status code and the body text.
+pub async fn get(client: &kube::Client, uri: &str) -> (u16, String) {
+    raw(client, http::Method::GET, uri, "application/json", "").await
+}
+
+/// A JSON `POST` through a kube client: the status code and the body text.
+pub async fn post(client: &kube::Client, uri: &str, body: &serde_json::Value) -> (u16, String) {
+    raw(
+        client,
+        http::Method::POST,
+        uri,
+        "application/json",
+        &body.to_string(),
+    )
+    .await
 }
 
 /// Parses a JSON body, failing with the body text.
