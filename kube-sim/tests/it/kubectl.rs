@@ -1,5 +1,6 @@
 //! Conformance with kubectl: server-side apply, get, strategic and merge patches, delete, CRDs.
 
+use kube_sim::Sim;
 use serde_json::Value;
 
 use crate::{WEB_DEPLOYMENT, WIDGET_CRD, apply, kubectl_at, kubectl_ok, manifest, start};
@@ -15,9 +16,7 @@ async fn kubectl_applies_patches_and_deletes_a_deployment() {
         "{out}"
     );
 
-    let got: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "deployment", "web", "-o", "json"]).await)
-            .unwrap();
+    let got = get_json(&sim, &["deployment", "web"]).await;
     assert_eq!(got["spec"]["replicas"], 2);
     assert_eq!(got["metadata"]["generation"], 1);
     assert_eq!(got["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
@@ -25,9 +24,7 @@ async fn kubectl_applies_patches_and_deletes_a_deployment() {
     let patch =
         r#"{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"nginx:1.28"}]}}}}"#;
     kubectl_ok(&sim, &["patch", "deployment", "web", "-p", patch]).await;
-    let got: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"]).await)
-            .unwrap();
+    let got = get_json(&sim, &["deploy", "web"]).await;
     let containers = got["spec"]["template"]["spec"]["containers"]
         .as_array()
         .unwrap();
@@ -43,9 +40,7 @@ async fn kubectl_applies_patches_and_deletes_a_deployment() {
     let restart = r#"{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-01-01T00:00:00Z"}}}}}"#;
     kubectl_ok(&sim, &["patch", "deployment", "web", "-p", restart]).await;
     kubectl_ok(&sim, &["patch", "deployment", "web", "-p", restart]).await;
-    let got: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"]).await)
-            .unwrap();
+    let got = get_json(&sim, &["deploy", "web"]).await;
     assert_eq!(
         got["metadata"]["generation"], 3,
         "the repeated restart patch is a no-op"
@@ -99,8 +94,7 @@ async fn kubectl_applies_a_crd_and_a_custom_resource_then_merge_patches_it() {
             .is_some_and(|l| l.split_whitespace().take(2).eq(["w1", "3"])),
         "{table}"
     );
-    let list: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "widgets", "-o", "json"]).await).unwrap();
+    let list = get_json(&sim, &["widgets"]).await;
     assert_eq!(list["items"][0]["spec"]["size"], 3);
     assert_eq!(list["items"][0]["metadata"]["generation"], 1);
 
@@ -117,9 +111,7 @@ async fn kubectl_applies_a_crd_and_a_custom_resource_then_merge_patches_it() {
         ],
     )
     .await;
-    let got: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "widget", "w1", "-o", "json"]).await)
-            .unwrap();
+    let got = get_json(&sim, &["widget", "w1"]).await;
     assert_eq!(
         got["spec"]["colors"],
         serde_json::json!(["green"]),
@@ -159,9 +151,7 @@ async fn kubectl_client_side_apply_merges_containers_and_rollout_restart_patches
     std::fs::write(&path, WEB_DEPLOYMENT.replace("nginx:1.27", "nginx:1.28")).unwrap();
     let out = kubectl_ok(&sim, &["apply", "-f", path_str]).await;
     assert!(out.contains("deployment.apps/web configured"), "{out}");
-    let got: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"]).await)
-            .unwrap();
+    let got = get_json(&sim, &["deploy", "web"]).await;
     let containers = got["spec"]["template"]["spec"]["containers"]
         .as_array()
         .unwrap();
@@ -170,9 +160,7 @@ async fn kubectl_client_side_apply_merges_containers_and_rollout_restart_patches
     assert_eq!(got["metadata"]["generation"], 2);
 
     kubectl_ok(&sim, &["rollout", "restart", "deployment/web"]).await;
-    let got: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"]).await)
-            .unwrap();
+    let got = get_json(&sim, &["deploy", "web"]).await;
     let restarted =
         got["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
             .as_str();
@@ -240,4 +228,10 @@ fn columns(table: &str) -> Vec<&str> {
         .unwrap_or("")
         .split_whitespace()
         .collect()
+}
+
+/// `kubectl get … -o json`, parsed.
+async fn get_json(sim: &Sim, what: &[&str]) -> Value {
+    let args = [&["get"], what, &["-o", "json"]].concat();
+    serde_json::from_str(&kubectl_ok(sim, &args).await).expect("kubectl prints JSON")
 }

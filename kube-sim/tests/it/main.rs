@@ -78,6 +78,22 @@ pub async fn kubectl_ok(sim: &Sim, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Sends SIGTERM and waits up to `deadline` for a clean exit.
+pub async fn terminate(mut child: std::process::Child, deadline: Duration) {
+    let status = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let exit = tokio::time::timeout(deadline, tokio::task::spawn_blocking(move || child.wait()))
+        .await
+        .expect("kube-sim exits within the deadline after SIGTERM")
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "kube-sim exits cleanly: {exit:?}");
+}
+
 /// Writes a manifest into a temporary directory and returns the directory guard and the path.
 pub fn manifest(contents: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -179,6 +195,27 @@ spec:
       - name: sidecar
         image: busybox:1.36
 "#;
+
+/// Applies [`WEB_DEPLOYMENT`] server-side as field manager `dev-env`; returns the Deployments of `default` and
+/// the applied object.
+pub async fn apply_web(
+    client: kube::Client,
+) -> (
+    kube::Api<k8s_openapi::api::apps::v1::Deployment>,
+    k8s_openapi::api::apps::v1::Deployment,
+) {
+    let deployments = kube::Api::namespaced(client, "default");
+    let desired: serde_json::Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
+    let applied = deployments
+        .patch(
+            "web",
+            &kube::api::PatchParams::apply("dev-env"),
+            &kube::api::Patch::Apply(&desired),
+        )
+        .await
+        .unwrap();
+    (deployments, applied)
+}
 
 /// Creates a CRD from YAML through the store and waits until it is established.
 pub async fn install_crd(sim: &Sim, yaml: &str) {

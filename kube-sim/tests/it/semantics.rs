@@ -15,7 +15,8 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
 use crate::{
-    DEADLINE, GADGET_CRD, WEB_DEPLOYMENT, WIDGET_CRD, get, install_crd, json, post, raw, start,
+    DEADLINE, GADGET_CRD, WEB_DEPLOYMENT, WIDGET_CRD, apply_web, get, install_crd, json, post, raw,
+    start,
 };
 
 fn widget_api(client: kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
@@ -35,16 +36,7 @@ fn generation(obj: &DynamicObject) -> i64 {
 async fn deployment_generation_follows_spec_and_annotations_only() {
     let sim = start().await;
     let client = sim.client().await.unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client, "default");
-    let desired: Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
-    let d = deployments
-        .patch(
-            "web",
-            &PatchParams::apply("dev-env"),
-            &Patch::Apply(&desired),
-        )
-        .await
-        .unwrap();
+    let (deployments, d) = apply_web(client).await;
     assert_eq!(d.metadata.generation, Some(1));
     let pp = PatchParams::default();
     for (patch, expected, why) in [
@@ -191,16 +183,7 @@ async fn no_op_patch_keeps_the_resource_version_and_emits_no_watch_event() {
     };
 
     // On a Deployment (which controllers also write) the repeated restart changes neither generation nor template.
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    let desired: Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
-    deployments
-        .patch(
-            "web",
-            &PatchParams::apply("dev-env"),
-            &Patch::Apply(&desired),
-        )
-        .await
-        .unwrap();
+    let (deployments, _) = apply_web(client.clone()).await;
     let first = deployments
         .patch("web", &pp, &Patch::Strategic(&restart))
         .await
@@ -402,16 +385,7 @@ async fn strategic_merge_is_415_on_custom_resources_and_merge_patch_replaces_lis
         .unwrap();
     assert_eq!(w.data["spec"]["colors"], json!(["c"]));
 
-    let deployments: Api<Deployment> = Api::namespaced(client, "default");
-    let desired: Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
-    deployments
-        .patch(
-            "web",
-            &PatchParams::apply("dev-env"),
-            &Patch::Apply(&desired),
-        )
-        .await
-        .unwrap();
+    let (deployments, _) = apply_web(client).await;
     let one = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:2"}]}}}});
     let d = deployments
         .patch("web", &PatchParams::default(), &Patch::Strategic(&one))
