@@ -16,17 +16,27 @@ fn deploy() -> GroupResource {
     GroupResource::deployments()
 }
 
+fn create(s: &Store, gr: &GroupResource, obj: Value) -> Result<Value, Error> {
+    s.create(gr, Some("default"), obj, &WriteOptions::manager("t"))
+}
+
+fn merge(s: &Store, gr: &GroupResource, name: &str, sub: Option<&str>, patch: Value) -> Value {
+    let patch = Patch::Merge(patch);
+    s.patch(
+        gr,
+        Some("default"),
+        name,
+        sub,
+        &patch,
+        &PatchOptions::default(),
+    )
+    .unwrap()
+}
+
 #[test]
 fn stale_update_is_a_conflict_with_the_kubernetes_message() {
     let s = store();
-    let created = s
-        .create(
-            &deploy(),
-            Some("default"),
-            deployment("web"),
-            &WriteOptions::manager("t"),
-        )
-        .unwrap();
+    let created = create(&s, &deploy(), deployment("web")).unwrap();
     let mut first = created.clone();
     first["spec"]["replicas"] = json!(3);
     s.update(
@@ -56,14 +66,7 @@ fn stale_update_is_a_conflict_with_the_kubernetes_message() {
 #[test]
 fn no_op_write_keeps_the_resource_version_and_emits_nothing() {
     let s = store();
-    let created = s
-        .create(
-            &deploy(),
-            Some("default"),
-            deployment("web"),
-            &WriteOptions::manager("t"),
-        )
-        .unwrap();
+    let created = create(&s, &deploy(), deployment("web")).unwrap();
     let rv = s.current_resource_version();
     let same = s
         .patch(
@@ -86,60 +89,26 @@ fn no_op_write_keeps_the_resource_version_and_emits_nothing() {
 fn deployment_generation_follows_spec_and_annotations_but_not_labels_or_status() {
     let s = store();
     let ns = Some("default");
-    s.create(
-        &deploy(),
-        ns,
-        deployment("web"),
-        &WriteOptions::manager("t"),
-    )
-    .unwrap();
+    create(&s, &deploy(), deployment("web")).unwrap();
     let generation = |s: &Store| {
         s.get(&deploy(), ns, "web").unwrap()["metadata"]["generation"]
             .as_i64()
             .unwrap()
     };
     assert_eq!(generation(&s), 1);
-    let opts = PatchOptions::default();
-    s.patch(
-        &deploy(),
-        ns,
-        "web",
-        None,
-        &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
-        &opts,
-    )
-    .unwrap();
-    assert_eq!(generation(&s), 1);
-    s.patch(
-        &deploy(),
-        ns,
-        "web",
-        None,
-        &Patch::Merge(json!({"metadata": {"annotations": {"x": "y"}}})),
-        &opts,
-    )
-    .unwrap();
-    assert_eq!(generation(&s), 2);
-    s.patch(
-        &deploy(),
-        ns,
-        "web",
-        None,
-        &Patch::Merge(json!({"spec": {"replicas": 4}})),
-        &opts,
-    )
-    .unwrap();
-    assert_eq!(generation(&s), 3);
-    s.patch(
-        &deploy(),
-        ns,
-        "web",
-        Some("status"),
-        &Patch::Merge(json!({"status": {"observedGeneration": 3}})),
-        &opts,
-    )
-    .unwrap();
-    assert_eq!(generation(&s), 3);
+    for (sub, patch, expected) in [
+        (None, json!({"metadata": {"labels": {"x": "y"}}}), 1),
+        (None, json!({"metadata": {"annotations": {"x": "y"}}}), 2),
+        (None, json!({"spec": {"replicas": 4}}), 3),
+        (
+            Some("status"),
+            json!({"status": {"observedGeneration": 3}}),
+            3,
+        ),
+    ] {
+        merge(&s, &deploy(), "web", sub, patch.clone());
+        assert_eq!(generation(&s), expected, "after {patch}");
+    }
     let obj = s.get(&deploy(), ns, "web").unwrap();
     assert_eq!(obj["status"]["observedGeneration"], json!(3));
     let mut main = obj.clone();
@@ -158,14 +127,12 @@ fn deployment_generation_follows_spec_and_annotations_but_not_labels_or_status()
 async fn watch_replays_and_expires() {
     let s = store();
     let ns = Some("default");
-    s.create(&deploy(), ns, deployment("a"), &WriteOptions::manager("t"))
-        .unwrap();
+    create(&s, &deploy(), deployment("a")).unwrap();
     let mut w = s
         .watch(&deploy(), ns, Some(0), &ListOptions::default())
         .unwrap();
     assert!(matches!(w.next().await, Some(WatchEvent::Added(_))));
-    s.create(&deploy(), ns, deployment("b"), &WriteOptions::manager("t"))
-        .unwrap();
+    create(&s, &deploy(), deployment("b")).unwrap();
     match w.next().await {
         Some(WatchEvent::Added(o)) => assert_eq!(o["metadata"]["name"], "b"),
         other => panic!("unexpected {other:?}"),
@@ -200,11 +167,10 @@ async fn selector_transitions_become_added_and_deleted() {
     let s = store();
     let ns = Some("default");
     let cm = GroupResource::new("", "configmaps");
-    s.create(
+    create(
+        &s,
         &cm,
-        ns,
         json!({"metadata": {"name": "c", "labels": {"a": "1"}}}),
-        &WriteOptions::manager("t"),
     )
     .unwrap();
     let opts = ListOptions {
@@ -214,26 +180,18 @@ async fn selector_transitions_become_added_and_deleted() {
     let mut w = s
         .watch(&cm, ns, Some(s.current_resource_version()), &opts)
         .unwrap();
-    let p = PatchOptions::default();
-    s.patch(
-        &cm,
-        ns,
-        "c",
-        None,
-        &Patch::Merge(json!({"metadata": {"labels": {"a": "2"}}})),
-        &p,
-    )
-    .unwrap();
+    let relabel = |a: &str| {
+        merge(
+            &s,
+            &cm,
+            "c",
+            None,
+            json!({"metadata": {"labels": {"a": a}}}),
+        )
+    };
+    relabel("2");
     assert!(matches!(w.next().await, Some(WatchEvent::Added(_))));
-    s.patch(
-        &cm,
-        ns,
-        "c",
-        None,
-        &Patch::Merge(json!({"metadata": {"labels": {"a": "3"}}})),
-        &p,
-    )
-    .unwrap();
+    relabel("3");
     assert!(matches!(w.next().await, Some(WatchEvent::Deleted(_))));
 }
 
@@ -242,11 +200,10 @@ fn finalizers_and_pod_grace_delay_removal() {
     let s = store();
     let ns = Some("default");
     let cm = GroupResource::new("", "configmaps");
-    s.create(
+    create(
+        &s,
         &cm,
-        ns,
         json!({"metadata": {"name": "f", "finalizers": ["x/y"]}}),
-        &WriteOptions::manager("t"),
     )
     .unwrap();
     let d = s.delete(&cm, ns, "f", &DeleteOptions::default()).unwrap();
@@ -254,21 +211,18 @@ fn finalizers_and_pod_grace_delay_removal() {
         panic!("expected pending")
     };
     assert!(marked["metadata"]["deletionTimestamp"].is_string());
-    s.patch(
+    merge(
+        &s,
         &cm,
-        ns,
         "f",
         None,
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        &PatchOptions::default(),
-    )
-    .unwrap();
+        json!({"metadata": {"finalizers": null}}),
+    );
     assert_eq!(s.get(&cm, ns, "f").unwrap_err().code(), 404);
 
     let pods = GroupResource::pods();
     let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}});
-    s.create(&pods, ns, pod, &WriteOptions::manager("t"))
-        .unwrap();
+    create(&s, &pods, pod).unwrap();
     let Deleted::Pending(p) = s.delete(&pods, ns, "p", &DeleteOptions::default()).unwrap() else {
         panic!("pending")
     };
@@ -283,8 +237,7 @@ fn finalizers_and_pod_grace_delay_removal() {
     ));
     let unscheduled =
         json!({"metadata": {"name": "q"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-    s.create(&pods, ns, unscheduled, &WriteOptions::manager("t"))
-        .unwrap();
+    create(&s, &pods, unscheduled).unwrap();
     assert!(matches!(
         s.delete(&pods, ns, "q", &DeleteOptions::default()).unwrap(),
         Deleted::Gone(_)
@@ -295,14 +248,7 @@ fn finalizers_and_pod_grace_delay_removal() {
 fn generate_name_and_missing_namespace() {
     let s = store();
     let cm = GroupResource::new("", "configmaps");
-    let made = s
-        .create(
-            &cm,
-            Some("default"),
-            json!({"metadata": {"generateName": "x-"}}),
-            &WriteOptions::manager("t"),
-        )
-        .unwrap();
+    let made = create(&s, &cm, json!({"metadata": {"generateName": "x-"}})).unwrap();
     let name = made["metadata"]["name"].as_str().unwrap();
     assert!(name.starts_with("x-") && name.len() == 7, "{name}");
     let err = s
