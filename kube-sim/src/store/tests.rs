@@ -12,12 +12,14 @@ fn deployment(name: &str) -> Value {
             "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "app", "image": "nginx:1"}]}}}})
 }
 
+const NS: Option<&str> = Some("default");
+
 fn deploy() -> GroupResource {
     GroupResource::deployments()
 }
 
 fn create(s: &Store, gr: &GroupResource, obj: Value) -> Result<Value, Error> {
-    s.create(gr, Some("default"), obj, &WriteOptions::manager("t"))
+    s.create(gr, NS, obj, &WriteOptions::manager("t"))
 }
 
 fn merge(s: &Store, gr: &GroupResource, name: &str, sub: Option<&str>, patch: Value) -> Value {
@@ -88,10 +90,9 @@ fn no_op_write_keeps_the_resource_version_and_emits_nothing() {
 #[test]
 fn deployment_generation_follows_spec_and_annotations_but_not_labels_or_status() {
     let s = store();
-    let ns = Some("default");
     create(&s, &deploy(), deployment("web")).unwrap();
     let generation = |s: &Store| {
-        s.get(&deploy(), ns, "web").unwrap()["metadata"]["generation"]
+        s.get(&deploy(), NS, "web").unwrap()["metadata"]["generation"]
             .as_i64()
             .unwrap()
     };
@@ -109,12 +110,12 @@ fn deployment_generation_follows_spec_and_annotations_but_not_labels_or_status()
         merge(&s, &deploy(), "web", sub, patch.clone());
         assert_eq!(generation(&s), expected, "after {patch}");
     }
-    let obj = s.get(&deploy(), ns, "web").unwrap();
+    let obj = s.get(&deploy(), NS, "web").unwrap();
     assert_eq!(obj["status"]["observedGeneration"], json!(3));
     let mut main = obj.clone();
     main["status"] = json!({"observedGeneration": 99});
     let after = s
-        .update(&deploy(), ns, main, &WriteOptions::manager("t"))
+        .update(&deploy(), NS, main, &WriteOptions::manager("t"))
         .unwrap();
     assert_eq!(
         after["status"]["observedGeneration"],
@@ -126,10 +127,9 @@ fn deployment_generation_follows_spec_and_annotations_but_not_labels_or_status()
 #[tokio::test]
 async fn watch_replays_and_expires() {
     let s = store();
-    let ns = Some("default");
     create(&s, &deploy(), deployment("a")).unwrap();
     let mut w = s
-        .watch(&deploy(), ns, Some(0), &ListOptions::default())
+        .watch(&deploy(), NS, Some(0), &ListOptions::default())
         .unwrap();
     assert!(matches!(w.next().await, Some(WatchEvent::Added(_))));
     create(&s, &deploy(), deployment("b")).unwrap();
@@ -145,7 +145,7 @@ async fn watch_replays_and_expires() {
     );
     assert_eq!(w.next().await, None);
     let mut expired = s
-        .watch(&deploy(), ns, Some(old), &ListOptions::default())
+        .watch(&deploy(), NS, Some(old), &ListOptions::default())
         .unwrap();
     match expired.next().await {
         Some(WatchEvent::Error(status)) => {
@@ -165,7 +165,6 @@ async fn watch_replays_and_expires() {
 #[tokio::test]
 async fn selector_transitions_become_added_and_deleted() {
     let s = store();
-    let ns = Some("default");
     let cm = GroupResource::new("", "configmaps");
     create(
         &s,
@@ -178,7 +177,7 @@ async fn selector_transitions_become_added_and_deleted() {
         ..ListOptions::default()
     };
     let mut w = s
-        .watch(&cm, ns, Some(s.current_resource_version()), &opts)
+        .watch(&cm, NS, Some(s.current_resource_version()), &opts)
         .unwrap();
     let relabel = |a: &str| {
         merge(
@@ -198,7 +197,6 @@ async fn selector_transitions_become_added_and_deleted() {
 #[test]
 fn finalizers_and_pod_grace_delay_removal() {
     let s = store();
-    let ns = Some("default");
     let cm = GroupResource::new("", "configmaps");
     create(
         &s,
@@ -206,7 +204,7 @@ fn finalizers_and_pod_grace_delay_removal() {
         json!({"metadata": {"name": "f", "finalizers": ["x/y"]}}),
     )
     .unwrap();
-    let d = s.delete(&cm, ns, "f", &DeleteOptions::default()).unwrap();
+    let d = s.delete(&cm, NS, "f", &DeleteOptions::default()).unwrap();
     let Deleted::Pending(marked) = d else {
         panic!("expected pending")
     };
@@ -218,12 +216,12 @@ fn finalizers_and_pod_grace_delay_removal() {
         None,
         json!({"metadata": {"finalizers": null}}),
     );
-    assert_eq!(s.get(&cm, ns, "f").unwrap_err().code(), 404);
+    assert_eq!(s.get(&cm, NS, "f").unwrap_err().code(), 404);
 
     let pods = GroupResource::pods();
     let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}});
     create(&s, &pods, pod).unwrap();
-    let Deleted::Pending(p) = s.delete(&pods, ns, "p", &DeleteOptions::default()).unwrap() else {
+    let Deleted::Pending(p) = s.delete(&pods, NS, "p", &DeleteOptions::default()).unwrap() else {
         panic!("pending")
     };
     assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 30);
@@ -232,14 +230,14 @@ fn finalizers_and_pod_grace_delay_removal() {
         ..DeleteOptions::default()
     };
     assert!(matches!(
-        s.delete(&pods, ns, "p", &again).unwrap(),
+        s.delete(&pods, NS, "p", &again).unwrap(),
         Deleted::Gone(_)
     ));
     let unscheduled =
         json!({"metadata": {"name": "q"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
     create(&s, &pods, unscheduled).unwrap();
     assert!(matches!(
-        s.delete(&pods, ns, "q", &DeleteOptions::default()).unwrap(),
+        s.delete(&pods, NS, "q", &DeleteOptions::default()).unwrap(),
         Deleted::Gone(_)
     ));
 }
