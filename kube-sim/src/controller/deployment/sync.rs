@@ -102,14 +102,7 @@ impl Rollout<'_> {
         ) {
             Ok(c) => {
                 if count > 0 {
-                    crate::controller::record_event(
-                        self.store,
-                        &self.d,
-                        COMPONENT,
-                        "Normal",
-                        "ScalingReplicaSet",
-                        &format!("Scaled up replica set {name} from 0 to {count}"),
-                    );
+                    self.scaling_event(&format!("Scaled up replica set {name} from 0 to {count}"));
                 }
                 c
             }
@@ -124,6 +117,18 @@ impl Rollout<'_> {
             Some((reason::NEW_RS_CREATED, msg)),
         )?;
         Ok(created)
+    }
+
+    /// Records a `ScalingReplicaSet` event on the Deployment.
+    fn scaling_event(&self, message: &str) {
+        crate::controller::record_event(
+            self.store,
+            &self.d,
+            COMPONENT,
+            "Normal",
+            "ScalingReplicaSet",
+            message,
+        );
     }
 
     /// Records the new ReplicaSet's revision on the Deployment and, with a progress deadline, the
@@ -441,17 +446,10 @@ impl Rollout<'_> {
         if size_changed {
             let from = spec_replicas(rs);
             let direction = if size > from { "up" } else { "down" };
-            crate::controller::record_event(
-                self.store,
-                &self.d,
-                COMPONENT,
-                "Normal",
-                "ScalingReplicaSet",
-                &format!(
-                    "Scaled {direction} replica set {} from {from} to {size}",
-                    meta::name_of(rs)
-                ),
-            );
+            self.scaling_event(&format!(
+                "Scaled {direction} replica set {} from {from} to {size}",
+                meta::name_of(rs)
+            ));
         }
         Ok(size_changed)
     }
