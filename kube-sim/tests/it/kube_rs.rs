@@ -14,7 +14,7 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use crate::{DEADLINE, GADGET_CRD, WEB_DEPLOYMENT, WIDGET_CRD, install_crd, start};
+use crate::{DEADLINE, GADGET_CRD, WEB_DEPLOYMENT, WIDGET_CRD, install_crd, start, start_with_api};
 
 #[tokio::test]
 async fn discovery_run_sees_built_ins_and_established_crds() {
@@ -106,9 +106,7 @@ async fn crd_requests_404_until_established_then_await_condition_returns() {
 
 #[tokio::test]
 async fn watcher_relists_after_an_in_stream_410() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sim, cms) = start_with_api::<ConfigMap>().await;
     let mk = |name: &str| -> ConfigMap {
         serde_json::from_value(json!({"metadata": {"name": name}})).unwrap()
     };
@@ -172,9 +170,7 @@ async fn watcher_relists_after_an_in_stream_410() {
 
 #[tokio::test]
 async fn server_side_apply_conflicts_without_force_and_takes_over_with_force() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client, "default");
+    let (_sim, deployments) = start_with_api::<Deployment>().await;
     let mut desired: serde_json::Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
     deployments
         .patch(
@@ -279,9 +275,7 @@ async fn apply_creates_custom_resources_and_conflicts_on_them_too() {
 
 #[tokio::test]
 async fn streaming_list_watcher_gets_initial_events_and_the_end_bookmark() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (_sim, cms) = start_with_api::<ConfigMap>().await;
     for name in ["one", "two"] {
         let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
         cms.create(&PostParams::default(), &cm).await.unwrap();

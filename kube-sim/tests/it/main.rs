@@ -27,6 +27,17 @@ pub async fn start() -> Sim {
     start_with(Config::ephemeral()).await
 }
 
+/// Starts a simulator on an ephemeral port with test settings, with a kube-rs API of `K` in `default`.
+pub async fn start_with_api<K>() -> (Sim, kube::Api<K>)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    let sim = start().await;
+    let client = sim.client().await.expect("a client");
+    (sim, kube::Api::namespaced(client, "default"))
+}
+
 /// Starts a simulator with a given configuration.
 pub async fn start_with(config: Config) -> Sim {
     let _ = tracing_subscriber::fmt()

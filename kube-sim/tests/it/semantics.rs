@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::{
     DEADLINE, GADGET_CRD, WEB_DEPLOYMENT, WIDGET_CRD, apply_web, get, install_crd, json, post, raw,
-    start,
+    start, start_with_api,
 };
 
 fn widget_api(client: kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
@@ -256,9 +256,7 @@ async fn no_op_patch_keeps_the_resource_version_and_emits_no_watch_event() {
 /// Pitfall 7: apply is not replace; it keeps fields other managers own and drops only its own removed fields.
 #[tokio::test]
 async fn apply_keeps_fields_owned_by_other_managers() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client, "default");
+    let (_sim, deployments) = start_with_api::<Deployment>().await;
     let mut desired: Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
     desired["metadata"]["labels"] = json!({"owner": "dev-env", "temporary": "yes"});
     let apply = PatchParams::apply("dev-env");
@@ -462,9 +460,7 @@ async fn custom_resources_are_pruned_by_their_structural_schema() {
 /// filter lists and watches.
 #[tokio::test]
 async fn list_and_watch_honour_resource_versions_and_selectors() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (_sim, cms) = start_with_api::<ConfigMap>().await;
     for (name, tier) in [("a", "front"), ("b", "back"), ("c", "db")] {
         let cm: ConfigMap =
             serde_json::from_value(json!({"metadata": {"name": name, "labels": {"tier": tier}}}))
