@@ -14,7 +14,10 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use crate::{DEADLINE, GADGET_CRD, WEB_DEPLOYMENT, WIDGET_CRD, install_crd, start, start_with_api};
+use crate::{
+    DEADLINE, GADGET_CRD, WEB_DEPLOYMENT, WIDGET_CRD, install_crd, list_version, start,
+    start_with_api,
+};
 
 #[tokio::test]
 async fn discovery_run_sees_built_ins_and_established_crds() {
@@ -158,13 +161,7 @@ async fn watcher_relists_after_an_in_stream_410() {
         relisted.contains(&"after".to_string()) && relisted.contains(&"before".to_string()),
         "{relisted:?}"
     );
-    let rv = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let rv = list_version(&cms).await;
     assert!(!rv.is_empty());
 }
 

@@ -7,7 +7,7 @@ use kube::api::{
 };
 use serde_json::json;
 
-use crate::{DEADLINE, start, start_with_api};
+use crate::{DEADLINE, list_version, start, start_with_api};
 
 fn pod(name: &str, node: Option<&str>) -> Pod {
     let mut spec = json!({"containers": [{"name": "app", "image": "registry.local:5000/app:v1"}]});
@@ -177,13 +177,7 @@ async fn deleting_a_namespace_removes_its_contents_then_itself() {
 #[tokio::test]
 async fn a_thousand_objects_list_page_and_watch_consistently() {
     let (sim, cms) = start_with_api::<ConfigMap>().await;
-    let before = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let before = list_version(&cms).await;
     let mut stream = cms
         .watch(
             &WatchParams::default().labels("group=g7").timeout(60),

@@ -38,6 +38,18 @@ where
     (sim, kube::Api::namespaced(client, "default"))
 }
 
+/// The `resourceVersion` of a full list through a kube-rs API.
+pub async fn list_version<K>(api: &kube::Api<K>) -> String
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api.list(&kube::api::ListParams::default()).await;
+    list.expect("the list succeeds")
+        .metadata
+        .resource_version
+        .expect("a list has a resourceVersion")
+}
+
 /// Starts a simulator with a given configuration.
 pub async fn start_with(config: Config) -> Sim {
     let _ = tracing_subscriber::fmt()
