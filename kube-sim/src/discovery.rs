@@ -98,12 +98,7 @@ pub fn resource_list(resources: &[Arc<ResourceInfo>], group: &str, version: &str
             "verbs": r.verbs(),
         });
         if let Value::Object(m) = &mut entry {
-            if !r.short_names.is_empty() {
-                m.insert("shortNames".into(), json!(r.short_names));
-            }
-            if !r.categories.is_empty() {
-                m.insert("categories".into(), json!(r.categories));
-            }
+            insert_kubectl_names(m, r);
         }
         list.push(entry);
         if r.status_subresource {
@@ -310,15 +305,20 @@ fn aggregated_resource(r: &ResourceInfo, version: &str) -> Value {
         "verbs": r.verbs(),
     });
     if let Value::Object(m) = &mut entry {
-        if !r.short_names.is_empty() {
-            m.insert("shortNames".into(), json!(r.short_names));
-        }
-        if !r.categories.is_empty() {
-            m.insert("categories".into(), json!(r.categories));
-        }
+        insert_kubectl_names(m, r);
         if !subresources.is_empty() {
             m.insert("subresources".into(), Value::Array(subresources));
         }
     }
     entry
+}
+
+/// The short names and categories of a resource, where it has any, on its discovery entry.
+fn insert_kubectl_names(entry: &mut serde_json::Map<String, Value>, r: &ResourceInfo) {
+    if !r.short_names.is_empty() {
+        entry.insert("shortNames".into(), json!(r.short_names));
+    }
+    if !r.categories.is_empty() {
+        entry.insert("categories".into(), json!(r.categories));
+    }
 }

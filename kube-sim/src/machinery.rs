@@ -118,30 +118,26 @@ async fn establish(
         .unwrap_or_default();
     let names_accepted = json!({"type": "NamesAccepted", "status": "True", "lastTransitionTime": now,
         "reason": "NoConflicts", "message": "no conflicts found"});
-    let opts = PatchOptions::apply(MANAGER);
+    let opts = opts_update(&PatchOptions::apply(MANAGER));
+    let write_status = |status: Value| {
+        store.patch(
+            &crds,
+            None,
+            name,
+            Some("status"),
+            &Patch::Merge(status),
+            &opts,
+        )
+    };
     let status = json!({"status": {"conditions": [names_accepted.clone()], "acceptedNames": accepted, "storedVersions": storage}});
-    store.patch(
-        &crds,
-        None,
-        name,
-        Some("status"),
-        &Patch::Merge(status),
-        &opts_update(&opts),
-    )?;
+    write_status(status)?;
     tokio::time::sleep(delay).await;
     store.get(&crds, None, name)?;
     store.register_custom(info);
     let established = json!({"type": "Established", "status": "True", "lastTransitionTime": meta::now_rfc3339(),
         "reason": "InitialNamesAccepted", "message": "the initial names have been accepted"});
     let status = json!({"status": {"conditions": [names_accepted, established]}});
-    store.patch(
-        &crds,
-        None,
-        name,
-        Some("status"),
-        &Patch::Merge(status),
-        &opts_update(&opts),
-    )?;
+    write_status(status)?;
     tracing::debug!(crd = %name, "CRD established");
     Ok(())
 }

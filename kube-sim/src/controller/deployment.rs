@@ -18,7 +18,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::{Config, Error, Key, Queue, follow, int_at};
+use super::{Config, Error, Feed, Key, Queue, int_at};
 use crate::meta;
 use crate::resource::GroupResource;
 use crate::store::{self, ListOptions, Store, WatchEvent};
@@ -82,97 +82,38 @@ pub mod reason {
 
 /// Runs the controller until `shutdown` flips.
 pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) {
-    let queue: Queue<Key> = Queue::new();
-    let delay = config.deployment_delay;
-    let deployment_events = {
-        let queue = queue.clone();
-        let store = store.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            follow(&store, &GroupResource::deployments(), shutdown, |e| {
-                if let Some(obj) = super::event_object(&e) {
-                    queue.add_after(Key::of(obj), delay);
-                }
-            })
-            .await;
-        }
+    let feed = Feed {
+        store: store.clone(),
+        queue: Queue::new(),
+        delay: config.deployment_delay,
+        shutdown,
     };
-    let rs_events = {
-        let queue = queue.clone();
-        let store = store.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            follow(&store, &GroupResource::replicasets(), shutdown, |e| {
-                if let Some(rs) = super::event_object(&e)
-                    && let Some(owner) = super::controller_of(rs, "Deployment")
-                {
-                    queue.add_after(owner_key(rs, owner), delay);
-                }
-            })
-            .await;
-        }
-    };
+    let deployment_events = feed.clone().follow(GroupResource::deployments(), |e| {
+        super::event_object(e).map(Key::of)
+    });
+    let rs_events = feed.clone().follow(GroupResource::replicasets(), |e| {
+        let rs = super::event_object(e)?;
+        super::controller_of(rs, "Deployment").map(|owner| Key::owner(rs, owner))
+    });
     // Recreate waits for old pods to be gone, so their deletion concerns the Deployment.
-    let pod_events = {
-        let queue = queue.clone();
-        let store = store.clone();
-        let shutdown = shutdown.clone();
-        let lookup = store.clone();
-        async move {
-            follow(&store, &GroupResource::pods(), shutdown, |e| {
-                let WatchEvent::Deleted(pod) = &e else { return };
-                let Some(rs_ref) = super::controller_of(pod, "ReplicaSet") else {
-                    return;
-                };
-                let ns = meta::namespace_of(pod);
-                let Ok(rs) = lookup.get(
-                    &GroupResource::replicasets(),
-                    Some(ns),
-                    rs_ref["name"].as_str().unwrap_or(""),
-                ) else {
-                    return;
-                };
-                if let Some(owner) = super::controller_of(&rs, "Deployment") {
-                    queue.add_after(owner_key(&rs, owner), delay);
-                }
-            })
-            .await;
-        }
-    };
-    let worker = work(store, queue, delay, shutdown);
-    tokio::join!(deployment_events, rs_events, pod_events, worker);
-}
-
-/// Syncs queued Deployments until shutdown; a sync is queued again when it asks to be, after a conflict,
-/// or (logged) after a failure.
-async fn work(
-    store: Store,
-    queue: Queue<Key>,
-    delay: Duration,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    loop {
-        let key = tokio::select! {
-            k = queue.next() => k,
-            _ = shutdown.wait_for(|s| *s) => return,
+    let pod_events = feed.clone().follow(GroupResource::pods(), move |e| {
+        let WatchEvent::Deleted(pod) = e else {
+            return None;
         };
-        match sync(&store, &key) {
-            Ok(Some(after)) => queue.add_after(key, after),
-            Ok(None) => {}
-            Err(e) if e.is_conflict() => queue.add_after(key, delay),
-            Err(e) => {
-                tracing::warn!(namespace = %key.namespace, deployment = %key.name, error = %e, "sync failed; retrying");
-                queue.add_after(key, delay.max(Duration::from_millis(200)));
-            }
-        }
-    }
-}
-
-fn owner_key(obj: &Value, owner: &Value) -> Key {
-    Key {
-        namespace: meta::namespace_of(obj).to_string(),
-        name: owner["name"].as_str().unwrap_or("").to_string(),
-    }
+        let rs_ref = super::controller_of(pod, "ReplicaSet")?;
+        let rs = store
+            .get(
+                &GroupResource::replicasets(),
+                Some(meta::namespace_of(pod)),
+                rs_ref["name"].as_str().unwrap_or(""),
+            )
+            .ok()?;
+        super::controller_of(&rs, "Deployment").map(|owner| Key::owner(&rs, owner))
+    });
+    let worker = feed.work(sync, |key, e| {
+        tracing::warn!(namespace = %key.namespace, deployment = %key.name, error = %e, "sync failed; retrying");
+    });
+    tokio::join!(deployment_events, rs_events, pod_events, worker);
 }
 
 /// The state of one sync: the Deployment as last written, its new ReplicaSet and the old ones.

@@ -121,6 +121,68 @@ pub(crate) fn event_object(e: &WatchEvent) -> Option<&Value> {
     }
 }
 
+/// What a controller's watches and its worker share: the store, the queue of keys to sync, the delay
+/// before a queued sync, and the shutdown signal.
+#[derive(Clone)]
+pub(crate) struct Feed {
+    pub(crate) store: Store,
+    pub(crate) queue: Queue<Key>,
+    pub(crate) delay: Duration,
+    pub(crate) shutdown: watch::Receiver<bool>,
+}
+
+impl Feed {
+    /// Follows a resource, queueing after the delay the key `key_of` finds in each event.
+    pub(crate) async fn follow(
+        self,
+        gr: GroupResource,
+        key_of: impl Fn(&WatchEvent) -> Option<Key>,
+    ) {
+        let Feed {
+            store,
+            queue,
+            delay,
+            shutdown,
+        } = self;
+        follow(&store, &gr, shutdown, |e| {
+            if let Some(key) = key_of(&e) {
+                queue.add_after(key, delay);
+            }
+        })
+        .await;
+    }
+
+    /// Syncs queued keys until shutdown; a key is queued again when its sync asks to be, after a conflict,
+    /// or (reported through `warn`) after a failure.
+    pub(crate) async fn work(
+        self,
+        sync: impl Fn(&Store, &Key) -> Result<Option<Duration>, Error>,
+        warn: impl Fn(&Key, &Error),
+    ) {
+        let Feed {
+            store,
+            queue,
+            delay,
+            mut shutdown,
+        } = self;
+        loop {
+            let key = tokio::select! {
+                k = queue.next() => k,
+                _ = shutdown.wait_for(|s| *s) => return,
+            };
+            match sync(&store, &key) {
+                Ok(Some(after)) => queue.add_after(key, after),
+                Ok(None) => {}
+                Err(e) if e.is_conflict() => queue.add_after(key, delay),
+                Err(e) => {
+                    warn(&key, &e);
+                    queue.add_after(key, delay.max(Duration::from_millis(200)));
+                }
+            }
+        }
+    }
+}
+
 /// A namespaced object key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key {
@@ -136,6 +198,14 @@ impl Key {
         Key {
             namespace: meta::namespace_of(obj).to_string(),
             name: meta::name_of(obj).to_string(),
+        }
+    }
+
+    /// The key of an object's owner, which lives in the object's namespace.
+    pub(crate) fn owner(obj: &Value, owner: &Value) -> Key {
+        Key {
+            namespace: meta::namespace_of(obj).to_string(),
+            name: owner["name"].as_str().unwrap_or("").to_string(),
         }
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
-use super::{Config, Error, Key, MANAGER, Queue, follow};
+use super::{Config, Error, Feed, Key, MANAGER, Queue};
 use crate::meta;
 use crate::resource::GroupResource;
 use crate::store::{self, DeleteOptions, ListOptions, Store, WriteOptions};
@@ -29,61 +29,25 @@ const BURST_REPLICAS: i64 = 500;
 
 /// Runs the controller until `shutdown` flips.
 pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) {
-    let queue: Queue<Key> = Queue::new();
-    let delay = config.replicaset_delay;
-    let rs_events = {
-        let queue = queue.clone();
-        let store = store.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            follow(&store, &GroupResource::replicasets(), shutdown, |e| {
-                if let Some(obj) = super::event_object(&e) {
-                    queue.add_after(Key::of(obj), delay);
-                }
-            })
-            .await;
-        }
+    let feed = Feed {
+        store,
+        queue: Queue::new(),
+        delay: config.replicaset_delay,
+        shutdown,
     };
-    let pod_events = {
-        let queue = queue.clone();
-        let store = store.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            follow(&store, &GroupResource::pods(), shutdown, |e| {
-                if let Some(pod) = super::event_object(&e)
-                    && let Some(owner) = super::controller_of(pod, "ReplicaSet")
-                {
-                    let key = Key {
-                        namespace: meta::namespace_of(pod).to_string(),
-                        name: owner["name"].as_str().unwrap_or("").to_string(),
-                    };
-                    queue.add_after(key, delay);
-                }
-            })
-            .await;
-        }
-    };
-    let worker = {
-        let queue = queue.clone();
-        let mut shutdown = shutdown.clone();
-        async move {
-            loop {
-                let key = tokio::select! {
-                    k = queue.next() => k,
-                    _ = shutdown.wait_for(|s| *s) => return,
-                };
-                match sync(&store, &config, &key) {
-                    Ok(Some(after)) => queue.add_after(key, after),
-                    Ok(None) => {}
-                    Err(e) if e.is_conflict() => queue.add_after(key, delay),
-                    Err(e) => {
-                        tracing::warn!(namespace = %key.namespace, replicaset = %key.name, error = %e, "sync failed; retrying");
-                        queue.add_after(key, delay.max(Duration::from_millis(200)));
-                    }
-                }
-            }
-        }
-    };
+    let rs_events = feed.clone().follow(GroupResource::replicasets(), |e| {
+        super::event_object(e).map(Key::of)
+    });
+    let pod_events = feed.clone().follow(GroupResource::pods(), |e| {
+        let pod = super::event_object(e)?;
+        super::controller_of(pod, "ReplicaSet").map(|owner| Key::owner(pod, owner))
+    });
+    let worker = feed.work(
+        |store, key| sync(store, &config, key),
+        |key, e| {
+            tracing::warn!(namespace = %key.namespace, replicaset = %key.name, error = %e, "sync failed; retrying");
+        },
+    );
     tokio::join!(rs_events, pod_events, worker);
 }
 

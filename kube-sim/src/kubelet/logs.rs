@@ -65,7 +65,6 @@ impl PodLogs for Logs {
     }
 
     fn logs(&self, pod: &Value, container: Option<&str>) -> store::Result<String> {
-        let name = meta::name_of(pod);
         let container = log_container(pod, container)?;
         let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("");
         let lines = self
@@ -80,20 +79,24 @@ impl PodLogs for Logs {
             None if meta::str_at(pod, "/spec/nodeName") != Some(self.node_name.as_str()) => {
                 Ok(String::new())
             }
-            None => {
-                let reason = pod
-                    .pointer("/status/containerStatuses")
-                    .and_then(Value::as_array)
-                    .and_then(|cs| cs.iter().find(|c| c["name"] == container))
-                    .and_then(|c| c.pointer("/state/waiting/reason"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("ContainerCreating");
-                Err(store::Error::BadRequest(format!(
-                    "container \"{container}\" in pod \"{name}\" is waiting to start: {reason}"
-                )))
-            }
+            None => Err(waiting_to_start(pod, container)),
         }
     }
+}
+
+/// The error a kubelet answers a log request with while the container has not started.
+pub(crate) fn waiting_to_start(pod: &Value, container: &str) -> store::Error {
+    let name = meta::name_of(pod);
+    let reason = pod
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["name"] == container))
+        .and_then(|c| c.pointer("/state/waiting/reason"))
+        .and_then(Value::as_str)
+        .unwrap_or("ContainerCreating");
+    store::Error::BadRequest(format!(
+        "container \"{container}\" in pod \"{name}\" is waiting to start: {reason}"
+    ))
 }
 
 /// The last `n` lines of a text whose lines all end in a newline.

@@ -7,7 +7,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::history::{EventKind, store_object};
-use super::update::{Managed, validate};
+use super::update::{Managed, require_object, set_type, validate};
 use super::{
     Error, FieldValidation, Result, State, Store, WriteOptions, from_value, next_rv,
     qualified_kind, scope_ns, set_rv, to_value,
@@ -63,11 +63,7 @@ impl Store {
         validation: FieldValidation,
     ) -> Result<(Value, Vec<String>)> {
         let gr = info.group_resource();
-        if !obj.is_object() {
-            return Err(Error::BadRequest(
-                "the request body must be a JSON object".to_string(),
-            ));
-        }
+        require_object(&obj)?;
         let ns = scope_ns(info, namespace);
         settle_create_metadata(info, &ns, &mut obj)?;
         let name = meta::name_of(&obj).to_string();
@@ -208,15 +204,11 @@ fn check_namespace_open(st: &State, gr: &GroupResource, ns: &str, name: &str) ->
 /// Sets `apiVersion` and `kind`, drops a `status` the status subresource owns, and gives pods their
 /// initial status.
 fn set_type_and_initial_status(info: &ResourceInfo, obj: &mut Value) {
-    if let Value::Object(m) = obj {
-        m.insert(
-            "apiVersion".into(),
-            json!(info.api_version(info.preferred_version())),
-        );
-        m.insert("kind".into(), json!(info.kind));
-        if info.status_subresource {
-            m.remove("status");
-        }
+    set_type(info, obj);
+    if info.status_subresource
+        && let Value::Object(m) = obj
+    {
+        m.remove("status");
     }
     if info.group_resource() == GroupResource::pods() {
         let status = crate::defaults::initial_pod_status(obj);

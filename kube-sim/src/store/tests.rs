@@ -12,21 +12,33 @@ fn deployment(name: &str) -> Value {
             "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "app", "image": "nginx:1"}]}}}})
 }
 
+const NS: Option<&str> = Some("default");
+
 fn deploy() -> GroupResource {
     GroupResource::deployments()
+}
+
+fn create(s: &Store, gr: &GroupResource, obj: Value) -> Result<Value, Error> {
+    s.create(gr, NS, obj, &WriteOptions::manager("t"))
+}
+
+fn merge(s: &Store, gr: &GroupResource, name: &str, sub: Option<&str>, patch: Value) -> Value {
+    let patch = Patch::Merge(patch);
+    s.patch(
+        gr,
+        Some("default"),
+        name,
+        sub,
+        &patch,
+        &PatchOptions::default(),
+    )
+    .unwrap()
 }
 
 #[test]
 fn stale_update_is_a_conflict_with_the_kubernetes_message() {
     let s = store();
-    let created = s
-        .create(
-            &deploy(),
-            Some("default"),
-            deployment("web"),
-            &WriteOptions::manager("t"),
-        )
-        .unwrap();
+    let created = create(&s, &deploy(), deployment("web")).unwrap();
     let mut first = created.clone();
     first["spec"]["replicas"] = json!(3);
     s.update(
@@ -56,14 +68,7 @@ fn stale_update_is_a_conflict_with_the_kubernetes_message() {
 #[test]
 fn no_op_write_keeps_the_resource_version_and_emits_nothing() {
     let s = store();
-    let created = s
-        .create(
-            &deploy(),
-            Some("default"),
-            deployment("web"),
-            &WriteOptions::manager("t"),
-        )
-        .unwrap();
+    let created = create(&s, &deploy(), deployment("web")).unwrap();
     let rv = s.current_resource_version();
     let same = s
         .patch(
@@ -85,67 +90,32 @@ fn no_op_write_keeps_the_resource_version_and_emits_nothing() {
 #[test]
 fn deployment_generation_follows_spec_and_annotations_but_not_labels_or_status() {
     let s = store();
-    let ns = Some("default");
-    s.create(
-        &deploy(),
-        ns,
-        deployment("web"),
-        &WriteOptions::manager("t"),
-    )
-    .unwrap();
+    create(&s, &deploy(), deployment("web")).unwrap();
     let generation = |s: &Store| {
-        s.get(&deploy(), ns, "web").unwrap()["metadata"]["generation"]
+        s.get(&deploy(), NS, "web").unwrap()["metadata"]["generation"]
             .as_i64()
             .unwrap()
     };
     assert_eq!(generation(&s), 1);
-    let opts = PatchOptions::default();
-    s.patch(
-        &deploy(),
-        ns,
-        "web",
-        None,
-        &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
-        &opts,
-    )
-    .unwrap();
-    assert_eq!(generation(&s), 1);
-    s.patch(
-        &deploy(),
-        ns,
-        "web",
-        None,
-        &Patch::Merge(json!({"metadata": {"annotations": {"x": "y"}}})),
-        &opts,
-    )
-    .unwrap();
-    assert_eq!(generation(&s), 2);
-    s.patch(
-        &deploy(),
-        ns,
-        "web",
-        None,
-        &Patch::Merge(json!({"spec": {"replicas": 4}})),
-        &opts,
-    )
-    .unwrap();
-    assert_eq!(generation(&s), 3);
-    s.patch(
-        &deploy(),
-        ns,
-        "web",
-        Some("status"),
-        &Patch::Merge(json!({"status": {"observedGeneration": 3}})),
-        &opts,
-    )
-    .unwrap();
-    assert_eq!(generation(&s), 3);
-    let obj = s.get(&deploy(), ns, "web").unwrap();
+    for (sub, patch, expected) in [
+        (None, json!({"metadata": {"labels": {"x": "y"}}}), 1),
+        (None, json!({"metadata": {"annotations": {"x": "y"}}}), 2),
+        (None, json!({"spec": {"replicas": 4}}), 3),
+        (
+            Some("status"),
+            json!({"status": {"observedGeneration": 3}}),
+            3,
+        ),
+    ] {
+        merge(&s, &deploy(), "web", sub, patch.clone());
+        assert_eq!(generation(&s), expected, "after {patch}");
+    }
+    let obj = s.get(&deploy(), NS, "web").unwrap();
     assert_eq!(obj["status"]["observedGeneration"], json!(3));
     let mut main = obj.clone();
     main["status"] = json!({"observedGeneration": 99});
     let after = s
-        .update(&deploy(), ns, main, &WriteOptions::manager("t"))
+        .update(&deploy(), NS, main, &WriteOptions::manager("t"))
         .unwrap();
     assert_eq!(
         after["status"]["observedGeneration"],
@@ -157,15 +127,12 @@ fn deployment_generation_follows_spec_and_annotations_but_not_labels_or_status()
 #[tokio::test]
 async fn watch_replays_and_expires() {
     let s = store();
-    let ns = Some("default");
-    s.create(&deploy(), ns, deployment("a"), &WriteOptions::manager("t"))
-        .unwrap();
+    create(&s, &deploy(), deployment("a")).unwrap();
     let mut w = s
-        .watch(&deploy(), ns, Some(0), &ListOptions::default())
+        .watch(&deploy(), NS, Some(0), &ListOptions::default())
         .unwrap();
     assert!(matches!(w.next().await, Some(WatchEvent::Added(_))));
-    s.create(&deploy(), ns, deployment("b"), &WriteOptions::manager("t"))
-        .unwrap();
+    create(&s, &deploy(), deployment("b")).unwrap();
     match w.next().await {
         Some(WatchEvent::Added(o)) => assert_eq!(o["metadata"]["name"], "b"),
         other => panic!("unexpected {other:?}"),
@@ -178,7 +145,7 @@ async fn watch_replays_and_expires() {
     );
     assert_eq!(w.next().await, None);
     let mut expired = s
-        .watch(&deploy(), ns, Some(old), &ListOptions::default())
+        .watch(&deploy(), NS, Some(old), &ListOptions::default())
         .unwrap();
     match expired.next().await {
         Some(WatchEvent::Error(status)) => {
@@ -198,13 +165,11 @@ async fn watch_replays_and_expires() {
 #[tokio::test]
 async fn selector_transitions_become_added_and_deleted() {
     let s = store();
-    let ns = Some("default");
     let cm = GroupResource::new("", "configmaps");
-    s.create(
+    create(
+        &s,
         &cm,
-        ns,
         json!({"metadata": {"name": "c", "labels": {"a": "1"}}}),
-        &WriteOptions::manager("t"),
     )
     .unwrap();
     let opts = ListOptions {
@@ -212,64 +177,51 @@ async fn selector_transitions_become_added_and_deleted() {
         ..ListOptions::default()
     };
     let mut w = s
-        .watch(&cm, ns, Some(s.current_resource_version()), &opts)
+        .watch(&cm, NS, Some(s.current_resource_version()), &opts)
         .unwrap();
-    let p = PatchOptions::default();
-    s.patch(
-        &cm,
-        ns,
-        "c",
-        None,
-        &Patch::Merge(json!({"metadata": {"labels": {"a": "2"}}})),
-        &p,
-    )
-    .unwrap();
+    let relabel = |a: &str| {
+        merge(
+            &s,
+            &cm,
+            "c",
+            None,
+            json!({"metadata": {"labels": {"a": a}}}),
+        )
+    };
+    relabel("2");
     assert!(matches!(w.next().await, Some(WatchEvent::Added(_))));
-    s.patch(
-        &cm,
-        ns,
-        "c",
-        None,
-        &Patch::Merge(json!({"metadata": {"labels": {"a": "3"}}})),
-        &p,
-    )
-    .unwrap();
+    relabel("3");
     assert!(matches!(w.next().await, Some(WatchEvent::Deleted(_))));
 }
 
 #[test]
 fn finalizers_and_pod_grace_delay_removal() {
     let s = store();
-    let ns = Some("default");
     let cm = GroupResource::new("", "configmaps");
-    s.create(
+    create(
+        &s,
         &cm,
-        ns,
         json!({"metadata": {"name": "f", "finalizers": ["x/y"]}}),
-        &WriteOptions::manager("t"),
     )
     .unwrap();
-    let d = s.delete(&cm, ns, "f", &DeleteOptions::default()).unwrap();
+    let d = s.delete(&cm, NS, "f", &DeleteOptions::default()).unwrap();
     let Deleted::Pending(marked) = d else {
         panic!("expected pending")
     };
     assert!(marked["metadata"]["deletionTimestamp"].is_string());
-    s.patch(
+    merge(
+        &s,
         &cm,
-        ns,
         "f",
         None,
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        &PatchOptions::default(),
-    )
-    .unwrap();
-    assert_eq!(s.get(&cm, ns, "f").unwrap_err().code(), 404);
+        json!({"metadata": {"finalizers": null}}),
+    );
+    assert_eq!(s.get(&cm, NS, "f").unwrap_err().code(), 404);
 
     let pods = GroupResource::pods();
     let pod = json!({"metadata": {"name": "p"}, "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i"}]}});
-    s.create(&pods, ns, pod, &WriteOptions::manager("t"))
-        .unwrap();
-    let Deleted::Pending(p) = s.delete(&pods, ns, "p", &DeleteOptions::default()).unwrap() else {
+    create(&s, &pods, pod).unwrap();
+    let Deleted::Pending(p) = s.delete(&pods, NS, "p", &DeleteOptions::default()).unwrap() else {
         panic!("pending")
     };
     assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 30);
@@ -278,15 +230,14 @@ fn finalizers_and_pod_grace_delay_removal() {
         ..DeleteOptions::default()
     };
     assert!(matches!(
-        s.delete(&pods, ns, "p", &again).unwrap(),
+        s.delete(&pods, NS, "p", &again).unwrap(),
         Deleted::Gone(_)
     ));
     let unscheduled =
         json!({"metadata": {"name": "q"}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-    s.create(&pods, ns, unscheduled, &WriteOptions::manager("t"))
-        .unwrap();
+    create(&s, &pods, unscheduled).unwrap();
     assert!(matches!(
-        s.delete(&pods, ns, "q", &DeleteOptions::default()).unwrap(),
+        s.delete(&pods, NS, "q", &DeleteOptions::default()).unwrap(),
         Deleted::Gone(_)
     ));
 }
@@ -295,14 +246,7 @@ fn finalizers_and_pod_grace_delay_removal() {
 fn generate_name_and_missing_namespace() {
     let s = store();
     let cm = GroupResource::new("", "configmaps");
-    let made = s
-        .create(
-            &cm,
-            Some("default"),
-            json!({"metadata": {"generateName": "x-"}}),
-            &WriteOptions::manager("t"),
-        )
-        .unwrap();
+    let made = create(&s, &cm, json!({"metadata": {"generateName": "x-"}})).unwrap();
     let name = made["metadata"]["name"].as_str().unwrap();
     assert!(name.starts_with("x-") && name.len() == 7, "{name}");
     let err = s

@@ -174,11 +174,7 @@ impl Store {
         managed: Managed<'_>,
         validation: FieldValidation,
     ) -> Result<(Value, Vec<String>)> {
-        if !obj.is_object() {
-            return Err(Error::BadRequest(
-                "the request body must be a JSON object".to_string(),
-            ));
-        }
+        require_object(&obj)?;
         let name = meta::name_of(old);
         if meta::name_of(&obj) != name {
             return Err(Error::BadRequest(format!(
@@ -191,13 +187,7 @@ impl Store {
             Endpoint::Status => status_update(info, old, &obj)?,
         };
         keep_system_metadata(old, &mut new, &managed, endpoint);
-        if let Value::Object(m) = &mut new {
-            m.insert(
-                "apiVersion".into(),
-                json!(info.api_version(info.preferred_version())),
-            );
-            m.insert("kind".into(), json!(info.kind));
-        }
+        set_type(info, &mut new);
         let warnings = self.normalize(info, &mut new, validation)?;
         validate(info, &new)?;
         if endpoint == Endpoint::Main && bumps_generation(info, old, &new) {
@@ -273,6 +263,28 @@ impl Store {
         drop(st);
         self.shared.changed.send_replace(rv);
         (*new).clone()
+    }
+}
+
+/// Refuses a body that is not a JSON object.
+pub(super) fn require_object(obj: &Value) -> Result<()> {
+    if obj.is_object() {
+        Ok(())
+    } else {
+        Err(Error::BadRequest(
+            "the request body must be a JSON object".to_string(),
+        ))
+    }
+}
+
+/// Sets `apiVersion` (the preferred version) and `kind`.
+pub(super) fn set_type(info: &ResourceInfo, obj: &mut Value) {
+    if let Value::Object(m) = obj {
+        m.insert(
+            "apiVersion".into(),
+            json!(info.api_version(info.preferred_version())),
+        );
+        m.insert("kind".into(), json!(info.kind));
     }
 }
 

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
 
-use crate::{DEADLINE, kubectl_at};
+use crate::{DEADLINE, kubectl_at, terminate};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kube-sim");
 
@@ -33,22 +33,6 @@ async fn spawn(mut cmd: Command) -> (Child, String) {
     .unwrap()
     .unwrap();
     (child, line.trim().to_string())
-}
-
-/// Sends SIGTERM and waits for a clean exit.
-async fn terminate(mut child: Child) {
-    let status = Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
-    let exit = tokio::time::timeout(DEADLINE, tokio::task::spawn_blocking(move || child.wait()))
-        .await
-        .expect("kube-sim exits within the deadline after SIGTERM")
-        .unwrap()
-        .unwrap();
-    assert!(exit.success(), "kube-sim exits cleanly: {exit:?}");
 }
 
 async fn client_for(kubeconfig: &std::path::Path, server_name: Option<&str>) -> kube::Client {
@@ -85,7 +69,7 @@ async fn serve_prints_its_url_writes_a_private_kubeconfig_and_stops_on_sigterm()
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("namespace/kube-system"));
-    terminate(child).await;
+    terminate(child, DEADLINE).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -138,5 +122,5 @@ async fn k3s_server_contract_uses_tls_sans_and_the_kubeconfig_output_variable() 
         .await
         .unwrap();
     assert!(list.is_err(), "a name outside the SANs is refused");
-    terminate(child).await;
+    terminate(child, DEADLINE).await;
 }

@@ -928,17 +928,7 @@ async fn the_binary_runs_pods_on_docker_and_removes_them_on_sigterm() {
         1,
         "the pod runs as a container"
     );
-    let killed = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(killed.success());
-    let exit = tokio::time::timeout(DEADLINE, tokio::task::spawn_blocking(move || child.wait()))
-        .await
-        .expect("kube-sim exits within the deadline after SIGTERM")
-        .unwrap()
-        .unwrap();
-    assert!(exit.success(), "kube-sim exits cleanly: {exit:?}");
+    crate::terminate(child, DEADLINE).await;
     assert!(
         fx.containers().await.is_empty(),
         "SIGTERM removed the pod containers: {:?}",

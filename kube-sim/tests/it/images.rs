@@ -117,26 +117,35 @@ async fn image_id_is_the_pushed_digest_through_a_mirror_and_through_localhost() 
     );
 }
 
+/// Runs one pod until `ImagePullBackOff`; returns the states it went through and the first `ErrImagePull` one.
+async fn until_back_off(sim: &kube_sim::Sim, name: &str, image: String) -> (Vec<Value>, Value) {
+    let states = run_pods(sim, &[(name, image)], |p| {
+        waiting(p) == Some("ImagePullBackOff")
+    })
+    .await
+    .remove(0);
+    let err = states
+        .iter()
+        .find(|p| waiting(p) == Some("ErrImagePull"))
+        .expect("ErrImagePull shows before the back-off")
+        .clone();
+    (states, err)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_image_reaches_image_pull_back_off() {
     let registry = Registry::start().await;
     let sim = registry.sim(|_| {}).await;
-    let seen = run_pods(
-        &sim,
-        &[("missing", format!("{MIRROR_NAME}/nothing-here:v1"))],
-        |p| waiting(p) == Some("ImagePullBackOff"),
-    )
-    .await;
-    let err = seen[0]
-        .iter()
-        .find(|p| waiting(p) == Some("ErrImagePull"))
-        .expect("ErrImagePull shows before the back-off");
-    let message = status(err)["state"]["waiting"]["message"].as_str().unwrap();
+    let (states, err) =
+        until_back_off(&sim, "missing", format!("{MIRROR_NAME}/nothing-here:v1")).await;
+    let message = status(&err)["state"]["waiting"]["message"]
+        .as_str()
+        .unwrap();
     assert!(
         message.contains("not found") && message.contains("nothing-here"),
         "{message}"
     );
-    let last = seen[0].last().unwrap();
+    let last = states.last().unwrap();
     assert_eq!(last["status"]["phase"], "Pending");
     assert_eq!(status(last)["imageID"], "");
     // Since Kubernetes 1.32 the back-off message carries the last pull error.
@@ -185,18 +194,9 @@ async fn an_unreachable_registry_is_an_image_pull_error() {
         .local_addr()
         .unwrap()
         .port();
-    let seen = run_pods(
-        &sim,
-        &[("unreachable", format!("127.0.0.1:{closed}/x:v1"))],
-        |p| waiting(p) == Some("ImagePullBackOff"),
-    )
-    .await;
-    let err = seen[0]
-        .iter()
-        .find(|p| waiting(p) == Some("ErrImagePull"))
-        .expect("ErrImagePull shows before the back-off");
+    let (_, err) = until_back_off(&sim, "unreachable", format!("127.0.0.1:{closed}/x:v1")).await;
     assert!(
-        status(err)["state"]["waiting"]["message"]
+        status(&err)["state"]["waiting"]["message"]
             .as_str()
             .unwrap()
             .contains("connection refused")

@@ -14,7 +14,10 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::runtime::watcher;
 use serde_json::json;
 
-use crate::{DEADLINE, GADGET_CRD, WEB_DEPLOYMENT, WIDGET_CRD, install_crd, start};
+use crate::{
+    DEADLINE, GADGET_CRD, WEB_DEPLOYMENT, WIDGET_CRD, install_crd, list_version, start,
+    start_with_api,
+};
 
 #[tokio::test]
 async fn discovery_run_sees_built_ins_and_established_crds() {
@@ -106,9 +109,7 @@ async fn crd_requests_404_until_established_then_await_condition_returns() {
 
 #[tokio::test]
 async fn watcher_relists_after_an_in_stream_410() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (sim, cms) = start_with_api::<ConfigMap>().await;
     let mk = |name: &str| -> ConfigMap {
         serde_json::from_value(json!({"metadata": {"name": name}})).unwrap()
     };
@@ -160,21 +161,13 @@ async fn watcher_relists_after_an_in_stream_410() {
         relisted.contains(&"after".to_string()) && relisted.contains(&"before".to_string()),
         "{relisted:?}"
     );
-    let rv = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let rv = list_version(&cms).await;
     assert!(!rv.is_empty());
 }
 
 #[tokio::test]
 async fn server_side_apply_conflicts_without_force_and_takes_over_with_force() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client, "default");
+    let (_sim, deployments) = start_with_api::<Deployment>().await;
     let mut desired: serde_json::Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
     deployments
         .patch(
@@ -279,9 +272,7 @@ async fn apply_creates_custom_resources_and_conflicts_on_them_too() {
 
 #[tokio::test]
 async fn streaming_list_watcher_gets_initial_events_and_the_end_bookmark() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (_sim, cms) = start_with_api::<ConfigMap>().await;
     for name in ["one", "two"] {
         let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
         cms.create(&PostParams::default(), &cm).await.unwrap();
@@ -334,8 +325,7 @@ async fn aggregated_discovery_lists_every_group_in_one_document() {
             .unwrap_or_else(|| panic!("{gvk:?} is discovered"));
         assert!(caps.supports_operation("patch"));
     }
-    let (code, body) =
-        crate::raw(&client, http::Method::GET, "/apis", "application/json", "").await;
+    let (code, body) = crate::get(&client, "/apis").await;
     assert_eq!(code, 200);
     assert_eq!(
         crate::json(&body)["kind"],

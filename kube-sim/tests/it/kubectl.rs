@@ -1,8 +1,9 @@
 //! Conformance with kubectl: server-side apply, get, strategic and merge patches, delete, CRDs.
 
+use kube_sim::Sim;
 use serde_json::Value;
 
-use crate::{WEB_DEPLOYMENT, WIDGET_CRD, kubectl_at, kubectl_ok, manifest, start};
+use crate::{WEB_DEPLOYMENT, WIDGET_CRD, apply, kubectl_at, kubectl_ok, manifest, start};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_applies_patches_and_deletes_a_deployment() {
@@ -15,9 +16,7 @@ async fn kubectl_applies_patches_and_deletes_a_deployment() {
         "{out}"
     );
 
-    let got: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "deployment", "web", "-o", "json"]).await)
-            .unwrap();
+    let got = get_json(&sim, &["deployment", "web"]).await;
     assert_eq!(got["spec"]["replicas"], 2);
     assert_eq!(got["metadata"]["generation"], 1);
     assert_eq!(got["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
@@ -25,9 +24,7 @@ async fn kubectl_applies_patches_and_deletes_a_deployment() {
     let patch =
         r#"{"spec":{"template":{"spec":{"containers":[{"name":"app","image":"nginx:1.28"}]}}}}"#;
     kubectl_ok(&sim, &["patch", "deployment", "web", "-p", patch]).await;
-    let got: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"]).await)
-            .unwrap();
+    let got = get_json(&sim, &["deploy", "web"]).await;
     let containers = got["spec"]["template"]["spec"]["containers"]
         .as_array()
         .unwrap();
@@ -43,9 +40,7 @@ async fn kubectl_applies_patches_and_deletes_a_deployment() {
     let restart = r#"{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-01-01T00:00:00Z"}}}}}"#;
     kubectl_ok(&sim, &["patch", "deployment", "web", "-p", restart]).await;
     kubectl_ok(&sim, &["patch", "deployment", "web", "-p", restart]).await;
-    let got: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"]).await)
-            .unwrap();
+    let got = get_json(&sim, &["deploy", "web"]).await;
     assert_eq!(
         got["metadata"]["generation"], 3,
         "the repeated restart patch is a no-op"
@@ -65,12 +60,7 @@ async fn kubectl_applies_patches_and_deletes_a_deployment() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_applies_a_crd_and_a_custom_resource_then_merge_patches_it() {
     let sim = start().await;
-    let (_crd_dir, crd) = manifest(WIDGET_CRD);
-    kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", crd.to_str().unwrap()],
-    )
-    .await;
+    apply(&sim, WIDGET_CRD).await;
     let waited = kubectl_ok(
         &sim,
         &[
@@ -84,24 +74,14 @@ async fn kubectl_applies_a_crd_and_a_custom_resource_then_merge_patches_it() {
     assert!(waited.contains("condition met"), "{waited}");
 
     let cr = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: default}\nspec: {size: 3, colors: [red, blue]}\n";
-    let (_cr_dir, cr_path) = manifest(cr);
-    let out = kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", cr_path.to_str().unwrap()],
-    )
-    .await;
+    let out = apply(&sim, cr).await;
     assert!(
         out.contains("widget.example.com/w1 serverside-applied"),
         "{out}"
     );
 
     let table = kubectl_ok(&sim, &["get", "widgets"]).await;
-    let header: Vec<&str> = table
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let header = columns(&table);
     assert_eq!(
         header,
         ["NAME", "SIZE", "READY", "AGE"],
@@ -114,8 +94,7 @@ async fn kubectl_applies_a_crd_and_a_custom_resource_then_merge_patches_it() {
             .is_some_and(|l| l.split_whitespace().take(2).eq(["w1", "3"])),
         "{table}"
     );
-    let list: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "widgets", "-o", "json"]).await).unwrap();
+    let list = get_json(&sim, &["widgets"]).await;
     assert_eq!(list["items"][0]["spec"]["size"], 3);
     assert_eq!(list["items"][0]["metadata"]["generation"], 1);
 
@@ -132,9 +111,7 @@ async fn kubectl_applies_a_crd_and_a_custom_resource_then_merge_patches_it() {
         ],
     )
     .await;
-    let got: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "widget", "w1", "-o", "json"]).await)
-            .unwrap();
+    let got = get_json(&sim, &["widget", "w1"]).await;
     assert_eq!(
         got["spec"]["colors"],
         serde_json::json!(["green"]),
@@ -174,9 +151,7 @@ async fn kubectl_client_side_apply_merges_containers_and_rollout_restart_patches
     std::fs::write(&path, WEB_DEPLOYMENT.replace("nginx:1.27", "nginx:1.28")).unwrap();
     let out = kubectl_ok(&sim, &["apply", "-f", path_str]).await;
     assert!(out.contains("deployment.apps/web configured"), "{out}");
-    let got: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"]).await)
-            .unwrap();
+    let got = get_json(&sim, &["deploy", "web"]).await;
     let containers = got["spec"]["template"]["spec"]["containers"]
         .as_array()
         .unwrap();
@@ -185,9 +160,7 @@ async fn kubectl_client_side_apply_merges_containers_and_rollout_restart_patches
     assert_eq!(got["metadata"]["generation"], 2);
 
     kubectl_ok(&sim, &["rollout", "restart", "deployment/web"]).await;
-    let got: Value =
-        serde_json::from_str(&kubectl_ok(&sim, &["get", "deploy", "web", "-o", "json"]).await)
-            .unwrap();
+    let got = get_json(&sim, &["deploy", "web"]).await;
     let restarted =
         got["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
             .as_str();
@@ -202,19 +175,9 @@ async fn kubectl_client_side_apply_merges_containers_and_rollout_restart_patches
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_prints_the_server_side_table_columns() {
     let sim = start().await;
-    let (_dir, path) = manifest(WEB_DEPLOYMENT);
-    kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", path.to_str().unwrap()],
-    )
-    .await;
+    apply(&sim, WEB_DEPLOYMENT).await;
     let out = kubectl_ok(&sim, &["get", "deployments"]).await;
-    let header: Vec<&str> = out
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
+    let header = columns(&out);
     assert_eq!(
         header,
         ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
@@ -255,4 +218,20 @@ async fn kubectl_apply_refuses_a_misspelt_field_like_a_real_cluster() {
         stderr.contains("unknown field \"spec.replcas\""),
         "{stderr}"
     );
+}
+
+/// The column names in the first line of kubectl's table output.
+fn columns(table: &str) -> Vec<&str> {
+    table
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect()
+}
+
+/// `kubectl get … -o json`, parsed.
+async fn get_json(sim: &Sim, what: &[&str]) -> Value {
+    let args = [&["get"], what, &["-o", "json"]].concat();
+    serde_json::from_str(&kubectl_ok(sim, &args).await).expect("kubectl prints JSON")
 }

@@ -7,7 +7,7 @@ use kube::api::{
 };
 use serde_json::json;
 
-use crate::{DEADLINE, start};
+use crate::{DEADLINE, list_version, start, start_with_api};
 
 fn pod(name: &str, node: Option<&str>) -> Pod {
     let mut spec = json!({"containers": [{"name": "app", "image": "registry.local:5000/app:v1"}]});
@@ -22,9 +22,7 @@ fn pod(name: &str, node: Option<&str>) -> Pod {
 
 #[tokio::test]
 async fn pods_are_defaulted_and_deleted_gracefully_when_scheduled() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let (_sim, pods) = start_with_api::<Pod>().await;
     let created = pods
         .create(&PostParams::default(), &pod("p", Some("node-1")))
         .await
@@ -69,9 +67,7 @@ async fn pods_are_defaulted_and_deleted_gracefully_when_scheduled() {
 
 #[tokio::test]
 async fn finalizers_hold_deletion_until_removed() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (_sim, cms) = start_with_api::<ConfigMap>().await;
     let cm: ConfigMap = serde_json::from_value(
         json!({"metadata": {"name": "f", "finalizers": ["example.com/hold"]}}),
     )
@@ -180,16 +176,8 @@ async fn deleting_a_namespace_removes_its_contents_then_itself() {
 
 #[tokio::test]
 async fn a_thousand_objects_list_page_and_watch_consistently() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
-    let before = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let (sim, cms) = start_with_api::<ConfigMap>().await;
+    let before = list_version(&cms).await;
     let mut stream = cms
         .watch(
             &WatchParams::default().labels("group=g7").timeout(60),
@@ -338,9 +326,7 @@ async fn the_kubernetes_service_has_the_first_cluster_ip() {
 
 #[tokio::test]
 async fn delete_collection_honours_the_label_selector() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (_sim, cms) = start_with_api::<ConfigMap>().await;
     for (name, keep) in [("a", "no"), ("b", "no"), ("c", "yes")] {
         let cm: ConfigMap =
             serde_json::from_value(json!({"metadata": {"name": name, "labels": {"keep": keep}}}))
@@ -397,9 +383,7 @@ async fn plain_http_mode_serves_the_same_api_and_still_requires_the_token() {
 
 #[tokio::test]
 async fn orphan_deletion_removes_the_owner_reference_from_dependents() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (_sim, cms) = start_with_api::<ConfigMap>().await;
     let owner: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "owner"}})).unwrap();
     let owner = cms.create(&PostParams::default(), &owner).await.unwrap();
     let uid = owner.metadata.uid.unwrap();

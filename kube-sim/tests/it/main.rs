@@ -27,6 +27,29 @@ pub async fn start() -> Sim {
     start_with(Config::ephemeral()).await
 }
 
+/// Starts a simulator on an ephemeral port with test settings, with a kube-rs API of `K` in `default`.
+pub async fn start_with_api<K>() -> (Sim, kube::Api<K>)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    let sim = start().await;
+    let client = sim.client().await.expect("a client");
+    (sim, kube::Api::namespaced(client, "default"))
+}
+
+/// The `resourceVersion` of a full list through a kube-rs API.
+pub async fn list_version<K>(api: &kube::Api<K>) -> String
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api.list(&kube::api::ListParams::default()).await;
+    list.expect("the list succeeds")
+        .metadata
+        .resource_version
+        .expect("a list has a resourceVersion")
+}
+
 /// Starts a simulator with a given configuration.
 pub async fn start_with(config: Config) -> Sim {
     let _ = tracing_subscriber::fmt()
@@ -78,12 +101,38 @@ pub async fn kubectl_ok(sim: &Sim, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Sends SIGTERM and waits up to `deadline` for a clean exit.
+pub async fn terminate(mut child: std::process::Child, deadline: Duration) {
+    let status = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let exit = tokio::time::timeout(deadline, tokio::task::spawn_blocking(move || child.wait()))
+        .await
+        .expect("kube-sim exits within the deadline after SIGTERM")
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "kube-sim exits cleanly: {exit:?}");
+}
+
 /// Writes a manifest into a temporary directory and returns the directory guard and the path.
 pub fn manifest(contents: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("manifest.yaml");
     std::fs::write(&path, contents).expect("the manifest is written");
     (dir, path)
+}
+
+/// Applies a manifest with `kubectl apply --server-side` and returns kubectl's output.
+pub async fn apply(sim: &Sim, contents: &str) -> String {
+    let (_dir, path) = manifest(contents);
+    kubectl_ok(
+        sim,
+        &["apply", "--server-side", "-f", path.to_str().unwrap()],
+    )
+    .await
 }
 
 /// A CRD for `widgets.example.com` with a status subresource and a template whose metadata schema has no properties.
@@ -170,6 +219,27 @@ spec:
         image: busybox:1.36
 "#;
 
+/// Applies [`WEB_DEPLOYMENT`] server-side as field manager `dev-env`; returns the Deployments of `default` and
+/// the applied object.
+pub async fn apply_web(
+    client: kube::Client,
+) -> (
+    kube::Api<k8s_openapi::api::apps::v1::Deployment>,
+    k8s_openapi::api::apps::v1::Deployment,
+) {
+    let deployments = kube::Api::namespaced(client, "default");
+    let desired: serde_json::Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
+    let applied = deployments
+        .patch(
+            "web",
+            &kube::api::PatchParams::apply("dev-env"),
+            &kube::api::Patch::Apply(&desired),
+        )
+        .await
+        .unwrap();
+    (deployments, applied)
+}
+
 /// Creates a CRD from YAML through the store and waits until it is established.
 pub async fn install_crd(sim: &Sim, yaml: &str) {
     use kube::runtime::wait::{await_condition, conditions};
@@ -217,6 +287,23 @@ pub async fn raw(
         .expect("the body is read")
         .to_bytes();
     (code, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// A `GET` through a kube client: the status code and the body text.
+pub async fn get(client: &kube::Client, uri: &str) -> (u16, String) {
+    raw(client, http::Method::GET, uri, "application/json", "").await
+}
+
+/// A JSON `POST` through a kube client: the status code and the body text.
+pub async fn post(client: &kube::Client, uri: &str, body: &serde_json::Value) -> (u16, String) {
+    raw(
+        client,
+        http::Method::POST,
+        uri,
+        "application/json",
+        &body.to_string(),
+    )
+    .await
 }
 
 /// Parses a JSON body, failing with the body text.

@@ -8,12 +8,12 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::wait::{Condition, await_condition, conditions};
-use kube_sim::GroupResource;
 use kube_sim::store::{ListOptions, Store, WatchEvent, Watcher};
+use kube_sim::{GroupResource, Sim};
 use serde_json::{Value, json};
 
 use crate::oci::{MIRROR_NAME, Registry};
-use crate::{DEADLINE, kubectl_ok, manifest};
+use crate::{DEADLINE, apply, kubectl_ok};
 
 /// A Deployment manifest.
 pub fn deployment_yaml(name: &str, replicas: u32, image: &str) -> String {
@@ -119,6 +119,18 @@ fn set_image(store: &Store, name: &str, image: &str) -> Value {
         .expect("the image patch applies")
 }
 
+/// Applies a Deployment of `name` running `{MIRROR_NAME}/{name}:v1`.
+async fn deploy_v1(sim: &Sim, name: &str, replicas: u32) {
+    let image = format!("{MIRROR_NAME}/{name}:v1");
+    apply(sim, &deployment_yaml(name, replicas, &image)).await;
+}
+
+/// `kubectl rollout status` of a Deployment, required to succeed.
+async fn rollout_status(sim: &Sim, name: &str) -> String {
+    let target = format!("deployment/{name}");
+    kubectl_ok(sim, &["rollout", "status", &target, "--timeout=20s"]).await
+}
+
 /// Waits until the Deployment is observed and complete by kubectl's rules.
 async fn rolled_out(store: &Store, name: &str) -> Value {
     let mut w = watch(store, &GroupResource::deployments(), None);
@@ -150,17 +162,8 @@ async fn kubectl_rolls_out_restarts_and_deletes_a_deployment() {
     registry.push("web", "v1", &[]).await;
     let sim = registry.sim(|_| {}).await;
     let store = sim.store().clone();
-    let (_dir, path) = manifest(&deployment_yaml("web", 3, &format!("{MIRROR_NAME}/web:v1")));
-    kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", path.to_str().unwrap()],
-    )
-    .await;
-    let out = kubectl_ok(
-        &sim,
-        &["rollout", "status", "deployment/web", "--timeout=20s"],
-    )
-    .await;
+    deploy_v1(&sim, "web", 3).await;
+    let out = rollout_status(&sim, "web").await;
     assert!(
         out.contains("deployment \"web\" successfully rolled out"),
         "{out}"
@@ -189,11 +192,7 @@ async fn kubectl_rolls_out_restarts_and_deletes_a_deployment() {
 
     let mut pod_events = watch(&store, &GroupResource::pods(), Some("app=web"));
     kubectl_ok(&sim, &["rollout", "restart", "deployment/web"]).await;
-    let out = kubectl_ok(
-        &sim,
-        &["rollout", "status", "deployment/web", "--timeout=20s"],
-    )
-    .await;
+    let out = rollout_status(&sim, "web").await;
     assert!(
         out.contains("deployment \"web\" successfully rolled out"),
         "{out}"
@@ -359,16 +358,7 @@ async fn pitfall_2_stale_new_replica_set_available_lingers_until_observed() {
     registry.push("stale", "v2", &[]).await;
     let sim = registry.sim(|_| {}).await;
     let store = sim.store().clone();
-    let (_dir, path) = manifest(&deployment_yaml(
-        "stale",
-        2,
-        &format!("{MIRROR_NAME}/stale:v1"),
-    ));
-    kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", path.to_str().unwrap()],
-    )
-    .await;
+    deploy_v1(&sim, "stale", 2).await;
     let done = rolled_out(&store, "stale").await;
     assert_eq!(progressing_reason(&done), "NewReplicaSetAvailable");
 
@@ -413,16 +403,7 @@ async fn pitfall_3_available_during_a_rollout_is_not_completion() {
     registry.push("avail", "v2", &[]).await;
     let sim = registry.sim(|_| {}).await;
     let store = sim.store().clone();
-    let (_dir, path) = manifest(&deployment_yaml(
-        "avail",
-        4,
-        &format!("{MIRROR_NAME}/avail:v1"),
-    ));
-    kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", path.to_str().unwrap()],
-    )
-    .await;
+    deploy_v1(&sim, "avail", 4).await;
     rolled_out(&store, "avail").await;
     let mut events = watch(&store, &GroupResource::deployments(), None);
     set_image(&store, "avail", &format!("{MIRROR_NAME}/avail:v2"));
@@ -462,16 +443,7 @@ async fn pitfall_4_old_pods_terminate_with_their_old_image_id() {
         .sim(|c| c.kubelet.termination_delay = Duration::from_secs(3))
         .await;
     let store = sim.store().clone();
-    let (_dir, path) = manifest(&deployment_yaml(
-        "term",
-        2,
-        &format!("{MIRROR_NAME}/term:v1"),
-    ));
-    kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", path.to_str().unwrap()],
-    )
-    .await;
+    deploy_v1(&sim, "term", 2).await;
     rolled_out(&store, "term").await;
     let mut events = watch(&store, &GroupResource::deployments(), None);
     set_image(&store, "term", &format!("{MIRROR_NAME}/term:v2"));
@@ -536,12 +508,7 @@ async fn a_stuck_rollout_exceeds_its_progress_deadline() {
         "spec:\n  replicas",
         "spec:\n  progressDeadlineSeconds: 1\n  replicas",
     );
-    let (_dir, path) = manifest(&yaml);
-    kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", path.to_str().unwrap()],
-    )
-    .await;
+    apply(&sim, &yaml).await;
     let mut events = watch(&store, &GroupResource::deployments(), None);
     let timed_out = until(
         &mut events,
@@ -588,23 +555,10 @@ async fn kubectl_rollout_undo_returns_to_the_previous_replica_set() {
     registry.push("undo", "v2", &[]).await;
     let sim = registry.sim(|_| {}).await;
     let store = sim.store().clone();
-    let (_dir, path) = manifest(&deployment_yaml(
-        "undo",
-        2,
-        &format!("{MIRROR_NAME}/undo:v1"),
-    ));
-    kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", path.to_str().unwrap()],
-    )
-    .await;
+    deploy_v1(&sim, "undo", 2).await;
     rolled_out(&store, "undo").await;
     set_image(&store, "undo", &format!("{MIRROR_NAME}/undo:v2"));
-    kubectl_ok(
-        &sim,
-        &["rollout", "status", "deployment/undo", "--timeout=20s"],
-    )
-    .await;
+    rollout_status(&sim, "undo").await;
     let history = kubectl_ok(&sim, &["rollout", "history", "deployment/undo"]).await;
     let revisions: Vec<&str> = history
         .lines()
@@ -614,11 +568,7 @@ async fn kubectl_rollout_undo_returns_to_the_previous_replica_set() {
     assert_eq!(revisions, ["1", "2"], "{history}");
 
     kubectl_ok(&sim, &["rollout", "undo", "deployment/undo"]).await;
-    kubectl_ok(
-        &sim,
-        &["rollout", "status", "deployment/undo", "--timeout=20s"],
-    )
-    .await;
+    rollout_status(&sim, "undo").await;
     let d = store
         .get(&GroupResource::deployments(), Some("default"), "undo")
         .unwrap();
@@ -665,13 +615,8 @@ async fn min_ready_seconds_delays_availability() {
         "spec:\n  replicas",
         "spec:\n  minReadySeconds: 1\n  replicas",
     );
-    let (_dir, path) = manifest(&yaml);
     let mut events = watch(&store, &GroupResource::deployments(), None);
-    kubectl_ok(
-        &sim,
-        &["apply", "--server-side", "-f", path.to_str().unwrap()],
-    )
-    .await;
+    apply(&sim, &yaml).await;
     let mut ready_not_available = false;
     until(&mut events, DEADLINE, "the rollout to complete", |e| {
         let d = applied(e)?;

@@ -14,7 +14,10 @@ use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
-use crate::{DEADLINE, GADGET_CRD, WEB_DEPLOYMENT, WIDGET_CRD, install_crd, json, raw, start};
+use crate::{
+    DEADLINE, GADGET_CRD, WEB_DEPLOYMENT, WIDGET_CRD, apply_web, get, install_crd, json, post, raw,
+    start, start_with_api,
+};
 
 fn widget_api(client: kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(
@@ -33,55 +36,33 @@ fn generation(obj: &DynamicObject) -> i64 {
 async fn deployment_generation_follows_spec_and_annotations_only() {
     let sim = start().await;
     let client = sim.client().await.unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client, "default");
-    let desired: Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
-    let d = deployments
-        .patch(
-            "web",
-            &PatchParams::apply("dev-env"),
-            &Patch::Apply(&desired),
-        )
-        .await
-        .unwrap();
+    let (deployments, d) = apply_web(client).await;
     assert_eq!(d.metadata.generation, Some(1));
-    let merge = |v: Value| Patch::Merge(v);
     let pp = PatchParams::default();
-    let d = deployments
-        .patch(
-            "web",
-            &pp,
-            &merge(json!({"metadata": {"labels": {"tier": "web"}}})),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        d.metadata.generation,
-        Some(1),
-        "labels do not bump generation"
-    );
-    let d = deployments
-        .patch(
-            "web",
-            &pp,
-            &merge(json!({"metadata": {"annotations": {"note": "x"}}})),
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        d.metadata.generation,
-        Some(2),
-        "annotations bump generation"
-    );
-    let d = deployments
-        .patch("web", &pp, &merge(json!({"spec": {"replicas": 3}})))
-        .await
-        .unwrap();
-    assert_eq!(d.metadata.generation, Some(3), "spec bumps generation");
+    for (patch, expected, why) in [
+        (
+            json!({"metadata": {"labels": {"tier": "web"}}}),
+            1,
+            "labels do not bump generation",
+        ),
+        (
+            json!({"metadata": {"annotations": {"note": "x"}}}),
+            2,
+            "annotations bump generation",
+        ),
+        (json!({"spec": {"replicas": 3}}), 3, "spec bumps generation"),
+    ] {
+        let d = deployments
+            .patch("web", &pp, &Patch::Merge(patch))
+            .await
+            .unwrap();
+        assert_eq!(d.metadata.generation, Some(expected), "{why}");
+    }
     let d = deployments
         .patch_status(
             "web",
             &pp,
-            &merge(json!({"status": {"observedGeneration": 3, "replicas": 3}})),
+            &Patch::Merge(json!({"status": {"observedGeneration": 3, "replicas": 3}})),
         )
         .await
         .unwrap();
@@ -92,7 +73,11 @@ async fn deployment_generation_follows_spec_and_annotations_only() {
     );
     assert_eq!(d.status.unwrap().observed_generation, Some(3));
     let d = deployments
-        .patch("web", &pp, &merge(json!({"status": {"replicas": 99}})))
+        .patch(
+            "web",
+            &pp,
+            &Patch::Merge(json!({"status": {"replicas": 99}})),
+        )
         .await
         .unwrap();
     assert_ne!(
@@ -198,16 +183,7 @@ async fn no_op_patch_keeps_the_resource_version_and_emits_no_watch_event() {
     };
 
     // On a Deployment (which controllers also write) the repeated restart changes neither generation nor template.
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    let desired: Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
-    deployments
-        .patch(
-            "web",
-            &PatchParams::apply("dev-env"),
-            &Patch::Apply(&desired),
-        )
-        .await
-        .unwrap();
+    let (deployments, _) = apply_web(client.clone()).await;
     let first = deployments
         .patch("web", &pp, &Patch::Strategic(&restart))
         .await
@@ -280,9 +256,7 @@ async fn no_op_patch_keeps_the_resource_version_and_emits_no_watch_event() {
 /// Pitfall 7: apply is not replace; it keeps fields other managers own and drops only its own removed fields.
 #[tokio::test]
 async fn apply_keeps_fields_owned_by_other_managers() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client, "default");
+    let (_sim, deployments) = start_with_api::<Deployment>().await;
     let mut desired: Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
     desired["metadata"]["labels"] = json!({"owner": "dev-env", "temporary": "yes"});
     let apply = PatchParams::apply("dev-env");
@@ -409,16 +383,7 @@ async fn strategic_merge_is_415_on_custom_resources_and_merge_patch_replaces_lis
         .unwrap();
     assert_eq!(w.data["spec"]["colors"], json!(["c"]));
 
-    let deployments: Api<Deployment> = Api::namespaced(client, "default");
-    let desired: Value = serde_yaml::from_str(WEB_DEPLOYMENT).unwrap();
-    deployments
-        .patch(
-            "web",
-            &PatchParams::apply("dev-env"),
-            &Patch::Apply(&desired),
-        )
-        .await
-        .unwrap();
+    let (deployments, _) = apply_web(client).await;
     let one = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "nginx:2"}]}}}});
     let d = deployments
         .patch("web", &PatchParams::default(), &Patch::Strategic(&one))
@@ -475,12 +440,10 @@ async fn custom_resources_are_pruned_by_their_structural_schema() {
 
     let mut strict = w;
     strict["metadata"]["name"] = json!("strict");
-    let (code, body) = raw(
+    let (code, body) = post(
         &client,
-        Method::POST,
         "/apis/example.com/v1/namespaces/default/widgets?fieldValidation=Strict",
-        "application/json",
-        &strict.to_string(),
+        &strict,
     )
     .await;
     assert_eq!(code, 400, "{body}");
@@ -497,9 +460,7 @@ async fn custom_resources_are_pruned_by_their_structural_schema() {
 /// filter lists and watches.
 #[tokio::test]
 async fn list_and_watch_honour_resource_versions_and_selectors() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let cms: Api<ConfigMap> = Api::namespaced(client, "default");
+    let (_sim, cms) = start_with_api::<ConfigMap>().await;
     for (name, tier) in [("a", "front"), ("b", "back"), ("c", "db")] {
         let cm: ConfigMap =
             serde_json::from_value(json!({"metadata": {"name": name, "labels": {"tier": tier}}}))
@@ -515,30 +476,17 @@ async fn list_and_watch_honour_resource_versions_and_selectors() {
             .map(|c| c.metadata.name.clone().unwrap())
             .collect()
     };
-    assert_eq!(
-        names(
-            &cms.list(&ListParams::default().labels("tier in (front,db)"))
-                .await
-                .unwrap()
+    for (params, expected) in [
+        (
+            ListParams::default().labels("tier in (front,db)"),
+            vec!["a", "c"],
         ),
-        ["a", "c"]
-    );
-    assert_eq!(
-        names(
-            &cms.list(&ListParams::default().labels("tier!=front"))
-                .await
-                .unwrap()
-        ),
-        ["b", "c"]
-    );
-    assert_eq!(
-        names(
-            &cms.list(&ListParams::default().fields("metadata.name=b"))
-                .await
-                .unwrap()
-        ),
-        ["b"]
-    );
+        (ListParams::default().labels("tier!=front"), vec!["b", "c"]),
+        (ListParams::default().fields("metadata.name=b"), vec!["b"]),
+    ] {
+        let listed = cms.list(&params).await.unwrap();
+        assert_eq!(names(&listed), expected, "{params:?}");
+    }
 
     let mut replay = cms
         .watch(&WatchParams::default().timeout(10), "0")
@@ -596,12 +544,9 @@ async fn too_old_watch_gets_200_then_an_expired_error_event() {
     cms.create(&PostParams::default(), &cm).await.unwrap();
     sim.store().compact();
     let current = sim.store().current_resource_version();
-    let (code, body) = raw(
+    let (code, body) = get(
         &client,
-        Method::GET,
         "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1",
-        "application/json",
-        "",
     )
     .await;
     assert_eq!(code, 200);
@@ -631,7 +576,7 @@ async fn bookmarks_carry_only_a_resource_version_and_timeout_ends_the_watch() {
     let uri = format!(
         "/api/v1/namespaces/default/configmaps?watch=true&allowWatchBookmarks=true&timeoutSeconds=2&resourceVersion={rv}"
     );
-    let (code, body) = raw(&client, Method::GET, &uri, "application/json", "").await;
+    let (code, body) = get(&client, &uri).await;
     let elapsed = started.elapsed();
     assert_eq!(code, 200);
     assert!(
@@ -704,14 +649,7 @@ async fn stale_update_is_a_conflict_with_the_kubernetes_message() {
 async fn errors_are_status_bodies_and_unauthenticated_requests_get_401() {
     let sim = start().await;
     let client = sim.client().await.unwrap();
-    let (code, body) = raw(
-        &client,
-        Method::GET,
-        "/apis/apps/v1/namespaces/default/deployments/nope",
-        "application/json",
-        "",
-    )
-    .await;
+    let (code, body) = get(&client, "/apis/apps/v1/namespaces/default/deployments/nope").await;
     assert_eq!(code, 404);
     assert_eq!(
         json(&body),
@@ -719,14 +657,7 @@ async fn errors_are_status_bodies_and_unauthenticated_requests_get_401() {
             "message": "deployments.apps \"nope\" not found", "reason": "NotFound",
             "details": {"name": "nope", "group": "apps", "kind": "deployments"}, "code": 404})
     );
-    let (code, body) = raw(
-        &client,
-        Method::GET,
-        "/apis/nothing.example.com/v1/things",
-        "application/json",
-        "",
-    )
-    .await;
+    let (code, body) = get(&client, "/apis/nothing.example.com/v1/things").await;
     assert_eq!(code, 404);
     assert_eq!(json(&body)["reason"], "NotFound");
 
@@ -736,14 +667,7 @@ async fn errors_are_status_bodies_and_unauthenticated_requests_get_401() {
         .unwrap();
     config.auth_info.token = Some("wrong".to_string().into());
     let anonymous = kube::Client::try_from(config).unwrap();
-    let (code, body) = raw(
-        &anonymous,
-        Method::GET,
-        "/api/v1/namespaces",
-        "application/json",
-        "",
-    )
-    .await;
+    let (code, body) = get(&anonymous, "/api/v1/namespaces").await;
     assert_eq!(code, 401);
     let status = json(&body);
     assert_eq!(
@@ -760,14 +684,7 @@ async fn built_in_objects_drop_unknown_fields_and_strict_validation_rejects_them
     let sim = start().await;
     let client = sim.client().await.unwrap();
     let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "typo"}, "data": {"a": "1"}, "dta": {"b": "2"}});
-    let (code, text) = raw(
-        &client,
-        Method::POST,
-        "/api/v1/namespaces/default/configmaps",
-        "application/json",
-        &body.to_string(),
-    )
-    .await;
+    let (code, text) = post(&client, "/api/v1/namespaces/default/configmaps", &body).await;
     assert_eq!(code, 201, "{text}");
     let stored = json(&text);
     assert!(stored.get("dta").is_none(), "{stored}");
@@ -775,12 +692,10 @@ async fn built_in_objects_drop_unknown_fields_and_strict_validation_rejects_them
 
     let mut strict = body.clone();
     strict["metadata"]["name"] = json!("strict");
-    let (code, text) = raw(
+    let (code, text) = post(
         &client,
-        Method::POST,
         "/api/v1/namespaces/default/configmaps?fieldValidation=Strict",
-        "application/json",
-        &strict.to_string(),
+        &strict,
     )
     .await;
     assert_eq!(code, 400, "{text}");

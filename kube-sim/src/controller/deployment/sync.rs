@@ -65,18 +65,11 @@ impl Rollout<'_> {
             let rev = meta::str_at(&copy, &ann_ptr(REVISION))
                 .unwrap_or("")
                 .to_string();
-            let mut needs_update = set_revision(&mut self.d, &rev);
-            if self.has_progress_deadline() && condition(&self.d, "Progressing").is_none() {
+            let found = condition(&self.d, "Progressing").is_none().then(|| {
                 let msg = format!("Found new replica set \"{}\"", meta::name_of(&copy));
-                set_condition(
-                    &mut self.d,
-                    new_condition("Progressing", "True", reason::FOUND_NEW_RS, &msg),
-                );
-                needs_update = true;
-            }
-            if needs_update {
-                self.write_deployment_status()?;
-            }
+                (reason::FOUND_NEW_RS, msg)
+            });
+            self.record_new_rs(&rev, found)?;
             Ok(copy)
         }
     }
@@ -109,14 +102,7 @@ impl Rollout<'_> {
         ) {
             Ok(c) => {
                 if count > 0 {
-                    crate::controller::record_event(
-                        self.store,
-                        &self.d,
-                        COMPONENT,
-                        "Normal",
-                        "ScalingReplicaSet",
-                        &format!("Scaled up replica set {name} from 0 to {count}"),
-                    );
+                    self.scaling_event(&format!("Scaled up replica set {name} from 0 to {count}"));
                 }
                 c
             }
@@ -125,19 +111,45 @@ impl Rollout<'_> {
             }
             Err(e) => return Err(e.into()),
         };
-        let mut needs_update = set_revision(&mut self.d, &new_revision.to_string());
-        if self.has_progress_deadline() {
-            let msg = format!("Created new replica set \"{}\"", meta::name_of(&created));
+        let msg = format!("Created new replica set \"{}\"", meta::name_of(&created));
+        self.record_new_rs(
+            &new_revision.to_string(),
+            Some((reason::NEW_RS_CREATED, msg)),
+        )?;
+        Ok(created)
+    }
+
+    /// Records a `ScalingReplicaSet` event on the Deployment.
+    fn scaling_event(&self, message: &str) {
+        crate::controller::record_event(
+            self.store,
+            &self.d,
+            COMPONENT,
+            "Normal",
+            "ScalingReplicaSet",
+            message,
+        );
+    }
+
+    /// Records the new ReplicaSet's revision on the Deployment and, with a progress deadline, the
+    /// `Progressing` reason and message given; writes the Deployment's status when either changed it.
+    fn record_new_rs(
+        &mut self,
+        revision: &str,
+        progressing: Option<(&str, String)>,
+    ) -> Result<(), Error> {
+        let mut needs_update = set_revision(&mut self.d, revision);
+        if let Some((reason, msg)) = progressing.filter(|_| self.has_progress_deadline()) {
             set_condition(
                 &mut self.d,
-                new_condition("Progressing", "True", reason::NEW_RS_CREATED, &msg),
+                new_condition("Progressing", "True", reason, &msg),
             );
             needs_update = true;
         }
         if needs_update {
             self.write_deployment_status()?;
         }
-        Ok(created)
+        Ok(())
     }
 
     /// A new ReplicaSet of the Deployment's template under `hash`: the hash label on its labels, selector and
@@ -434,17 +446,10 @@ impl Rollout<'_> {
         if size_changed {
             let from = spec_replicas(rs);
             let direction = if size > from { "up" } else { "down" };
-            crate::controller::record_event(
-                self.store,
-                &self.d,
-                COMPONENT,
-                "Normal",
-                "ScalingReplicaSet",
-                &format!(
-                    "Scaled {direction} replica set {} from {from} to {size}",
-                    meta::name_of(rs)
-                ),
-            );
+            self.scaling_event(&format!(
+                "Scaled {direction} replica set {} from {from} to {size}",
+                meta::name_of(rs)
+            ));
         }
         Ok(size_changed)
     }

@@ -22,15 +22,15 @@ fn key(name: &str) -> Key {
     }
 }
 
-fn replica_sets(store: &Store) -> Vec<Value> {
-    let mut list = store
-        .list(
-            &GroupResource::replicasets(),
-            Some("default"),
-            &ListOptions::default(),
-        )
+fn list(store: &Store, resource: &GroupResource) -> Vec<Value> {
+    store
+        .list(resource, Some("default"), &ListOptions::default())
         .unwrap()
-        .items;
+        .items
+}
+
+fn replica_sets(store: &Store) -> Vec<Value> {
+    let mut list = list(store, &GroupResource::replicasets());
     list.sort_by_key(revision_of);
     list
 }
@@ -61,6 +61,21 @@ fn get(store: &Store, name: &str) -> Value {
 fn change_image(store: &Store, name: &str, image: &str) {
     let mut d = get(store, name);
     d["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+    update_deployment(store, d);
+}
+
+fn create_deployment(store: &Store, d: Value) {
+    store
+        .create(
+            &GroupResource::deployments(),
+            Some("default"),
+            d,
+            &WriteOptions::manager("test"),
+        )
+        .unwrap();
+}
+
+fn update_deployment(store: &Store, d: Value) {
     store
         .update(
             &GroupResource::deployments(),
@@ -86,14 +101,7 @@ fn sync_until_quiet(store: &Store, name: &str) {
 #[test]
 fn first_sync_creates_a_hashed_replica_set_with_annotations() {
     let store = store();
-    store
-        .create(
-            &GroupResource::deployments(),
-            Some("default"),
-            deployment("web", 3, "nginx:1"),
-            &WriteOptions::manager("test"),
-        )
-        .unwrap();
+    create_deployment(&store, deployment("web", 3, "nginx:1"));
     sync(&store, &key("web")).unwrap();
     let rss = replica_sets(&store);
     assert_eq!(rss.len(), 1);
@@ -123,14 +131,7 @@ fn first_sync_creates_a_hashed_replica_set_with_annotations() {
     let available = condition(&d, "Available").unwrap();
     assert_eq!(available["status"], "False");
     assert_eq!(available["reason"], reason::MIN_UNAVAILABLE);
-    let events = store
-        .list(
-            &GroupResource::events(),
-            Some("default"),
-            &ListOptions::default(),
-        )
-        .unwrap()
-        .items;
+    let events = list(&store, &GroupResource::events());
     assert!(
         events.iter().any(|e| e["reason"] == "ScalingReplicaSet"
             && e["message"] == format!("Scaled up replica set web-{hash} from 0 to 3")
@@ -142,14 +143,7 @@ fn first_sync_creates_a_hashed_replica_set_with_annotations() {
 #[test]
 fn a_rollout_of_four_replicas_surges_one_and_drops_one_at_once() {
     let store = store();
-    store
-        .create(
-            &GroupResource::deployments(),
-            Some("default"),
-            deployment("web", 4, "nginx:1"),
-            &WriteOptions::manager("test"),
-        )
-        .unwrap();
+    create_deployment(&store, deployment("web", 4, "nginx:1"));
     sync_until_quiet(&store, "web");
     let d = get(&store, "web");
     assert_eq!(
@@ -192,14 +186,7 @@ fn a_rollout_of_four_replicas_surges_one_and_drops_one_at_once() {
 #[test]
 fn a_single_replica_rolls_new_up_before_old_down() {
     let store = store();
-    store
-        .create(
-            &GroupResource::deployments(),
-            Some("default"),
-            deployment("one", 1, "nginx:1"),
-            &WriteOptions::manager("test"),
-        )
-        .unwrap();
+    create_deployment(&store, deployment("one", 1, "nginx:1"));
     sync_until_quiet(&store, "one");
     change_image(&store, "one", "nginx:2");
     sync(&store, &key("one")).unwrap();
@@ -222,14 +209,7 @@ fn a_single_replica_rolls_new_up_before_old_down() {
 #[test]
 fn reverting_the_template_reuses_the_old_replica_set_with_a_new_revision() {
     let store = store();
-    store
-        .create(
-            &GroupResource::deployments(),
-            Some("default"),
-            deployment("web", 2, "nginx:1"),
-            &WriteOptions::manager("test"),
-        )
-        .unwrap();
+    create_deployment(&store, deployment("web", 2, "nginx:1"));
     sync_until_quiet(&store, "web");
     change_image(&store, "web", "nginx:2");
     sync_until_quiet(&store, "web");
@@ -252,14 +232,7 @@ fn old_replica_sets_beyond_the_history_limit_are_deleted() {
     let store = store();
     let mut d = deployment("web", 1, "nginx:0");
     d["spec"]["revisionHistoryLimit"] = json!(1);
-    store
-        .create(
-            &GroupResource::deployments(),
-            Some("default"),
-            d,
-            &WriteOptions::manager("test"),
-        )
-        .unwrap();
+    create_deployment(&store, d);
     sync_until_quiet(&store, "web");
     for v in 1..4 {
         change_image(&store, "web", &format!("nginx:{v}"));
@@ -273,25 +246,11 @@ fn old_replica_sets_beyond_the_history_limit_are_deleted() {
 #[test]
 fn scaling_is_not_a_rollout() {
     let store = store();
-    store
-        .create(
-            &GroupResource::deployments(),
-            Some("default"),
-            deployment("web", 2, "nginx:1"),
-            &WriteOptions::manager("test"),
-        )
-        .unwrap();
+    create_deployment(&store, deployment("web", 2, "nginx:1"));
     sync_until_quiet(&store, "web");
     let mut d = get(&store, "web");
     d["spec"]["replicas"] = json!(5);
-    store
-        .update(
-            &GroupResource::deployments(),
-            Some("default"),
-            d,
-            &WriteOptions::manager("test"),
-        )
-        .unwrap();
+    update_deployment(&store, d);
     sync(&store, &key("web")).unwrap();
     let rss = replica_sets(&store);
     assert_eq!(rss.len(), 1);
@@ -304,14 +263,7 @@ fn recreate_scales_old_to_zero_before_creating_the_new_replica_set() {
     let store = store();
     let mut d = deployment("db", 2, "postgres:1");
     d["spec"]["strategy"] = json!({"type": "Recreate"});
-    store
-        .create(
-            &GroupResource::deployments(),
-            Some("default"),
-            d,
-            &WriteOptions::manager("test"),
-        )
-        .unwrap();
+    create_deployment(&store, d);
     sync_until_quiet(&store, "db");
     change_image(&store, "db", "postgres:2");
     sync(&store, &key("db")).unwrap();
@@ -350,27 +302,13 @@ fn templates_compare_without_the_hash_label() {
 #[test]
 fn a_paused_deployment_only_scales_and_resumes_the_rollout_later() {
     let store = store();
-    store
-        .create(
-            &GroupResource::deployments(),
-            Some("default"),
-            deployment("web", 2, "nginx:1"),
-            &WriteOptions::manager("test"),
-        )
-        .unwrap();
+    create_deployment(&store, deployment("web", 2, "nginx:1"));
     sync_until_quiet(&store, "web");
     let mut d = get(&store, "web");
     d["spec"]["paused"] = json!(true);
     d["spec"]["replicas"] = json!(3);
     d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("nginx:2");
-    store
-        .update(
-            &GroupResource::deployments(),
-            Some("default"),
-            d,
-            &WriteOptions::manager("test"),
-        )
-        .unwrap();
+    update_deployment(&store, d);
     sync_until_quiet(&store, "web");
     let rss = replica_sets(&store);
     assert_eq!(rss.len(), 1, "no rollout while paused");
@@ -387,14 +325,7 @@ fn a_paused_deployment_only_scales_and_resumes_the_rollout_later() {
 
     let mut d = get(&store, "web");
     d["spec"]["paused"] = json!(false);
-    store
-        .update(
-            &GroupResource::deployments(),
-            Some("default"),
-            d,
-            &WriteOptions::manager("test"),
-        )
-        .unwrap();
+    update_deployment(&store, d);
     sync_until_quiet(&store, "web");
     let rss = replica_sets(&store);
     assert_eq!(rss.len(), 2);

@@ -29,7 +29,6 @@ impl DockerLogs {
 
     /// The Docker ID behind a log request, or the error a kubelet answers with.
     fn container_id(&self, pod: &Value, container: Option<&str>) -> store::Result<Option<String>> {
-        let name = meta::name_of(pod);
         let container = crate::kubelet::logs::log_container(pod, container)?;
         let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("");
         match self.runtime.latest(uid, container) {
@@ -38,18 +37,7 @@ impl DockerLogs {
             None if meta::str_at(pod, "/spec/nodeName") != Some(self.node_name.as_str()) => {
                 Ok(None)
             }
-            None => {
-                let reason = pod
-                    .pointer("/status/containerStatuses")
-                    .and_then(Value::as_array)
-                    .and_then(|cs| cs.iter().find(|c| c["name"] == container))
-                    .and_then(|c| c.pointer("/state/waiting/reason"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("ContainerCreating");
-                Err(store::Error::BadRequest(format!(
-                    "container \"{container}\" in pod \"{name}\" is waiting to start: {reason}"
-                )))
-            }
+            None => Err(crate::kubelet::logs::waiting_to_start(pod, container)),
         }
     }
 
