@@ -27,3 +27,21 @@ pub mod rollout;
 pub mod state;
 pub mod status;
 pub mod wait;
+
+/// `err` and its causes joined by `: `, each once, as `cargo xtask` prints
+/// them after `error: `. A cause whose text the message so far already
+/// contains is left out: dev-env's messages never quote their source, but
+/// errors of bollard, kube and other crates often quote theirs.
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = err.to_string();
+    let mut cause = err.source();
+    while let Some(err) = cause {
+        let text = err.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = err.source();
+    }
+    out
+}
