@@ -193,7 +193,7 @@ async fn a_failed_docker_build_names_the_component_and_shows_the_log() {
     cleanup
         .images
         .push(format!("{}/{}/static:dev", registry.host(), project.name));
-    let err = push(&project, "static").await.unwrap_err().to_string();
+    let err = dev_env::error_chain(&push(&project, "static").await.unwrap_err());
     assert!(err.contains("component `static`"), "{err}");
     assert!(err.contains("missing.txt"), "the engine's cause: {err}");
     assert!(err.contains("COPY a.txt"), "the log's tail: {err}");
@@ -208,7 +208,7 @@ async fn a_failed_cargo_build_names_the_component_and_the_compiler_error() {
         "hello/src/main.rs",
         "fn main() {\n    let x: u8 = \"no\";\n}\n",
     );
-    let err = push(&project, "hello").await.unwrap_err().to_string();
+    let err = dev_env::error_chain(&push(&project, "hello").await.unwrap_err());
     assert!(err.contains("component `hello`"), "{err}");
     assert!(err.contains("cargo build"), "{err}");
     assert!(
@@ -221,7 +221,7 @@ async fn a_failed_cargo_build_names_the_component_and_the_compiler_error() {
 #[tokio::test]
 async fn a_registry_on_the_wrong_port_or_down_fails_before_building() {
     let project = Project::new(&format!("127.0.0.1:{}", free_port()));
-    let err = push(&project, "hello").await.unwrap_err().to_string();
+    let err = dev_env::error_chain(&push(&project, "hello").await.unwrap_err());
     assert!(err.contains("component `hello`"), "{err}");
     assert!(err.contains("cannot reach the registry"), "{err}");
     assert!(err.contains("cargo xtask dev up"), "the fix: {err}");
@@ -230,7 +230,7 @@ async fn a_registry_on_the_wrong_port_or_down_fails_before_building() {
     let mut registry = DistributionRegistry::start();
     project.write_config(&registry.host());
     registry.stop();
-    let err = push(&project, "hello").await.unwrap_err().to_string();
+    let err = dev_env::error_chain(&push(&project, "hello").await.unwrap_err());
     assert!(err.contains(&registry.host()), "{err}");
     assert!(err.contains("cannot reach the registry"), "{err}");
     assert!(!state_file_exists(&project), "nothing recorded");
