@@ -45,3 +45,38 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    /// An error with an optional cause, which may quote that cause.
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn the_chain_names_each_cause_once_in_order() {
+        let err = Layer(
+            "component `app`: cargo build failed",
+            Some(Box::new(Layer(
+                "HyperError: connection refused",
+                Some(Box::new(Layer("connection refused", None))),
+            ))),
+        );
+        assert_eq!(
+            super::error_chain(&err),
+            "component `app`: cargo build failed: HyperError: connection refused"
+        );
+        assert_eq!(super::error_chain(&Layer("alone", None)), "alone");
+    }
+}
