@@ -29,6 +29,52 @@ impl dev_env::report::Reporter for Recorder {
     }
 }
 
+/// A runtime for the library's async calls.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// `dev up` as a plain run does it: nothing recreated, two minutes for the
+/// components to converge.
+pub const UP: dev_env::lifecycle::UpOptions = dev_env::lifecycle::UpOptions {
+    recreate: false,
+    verbose: false,
+    timeout: std::time::Duration::from_secs(120),
+};
+
+/// `dev up` of `config` with [`UP`], its events on stderr.
+pub fn up(
+    config: &dev_env::config::Config,
+) -> Result<dev_env::lifecycle::UpReport, dev_env::lifecycle::Error> {
+    runtime().block_on(dev_env::lifecycle::up(config, UP, &Stderr))
+}
+
+/// Pushes a tiny one-layer image to `host` as `<repo>:dev`; returns its
+/// manifest's digest and the digest the registry stated on the push.
+pub async fn push_tiny(host: &str, repo: &str) -> (String, Option<String>) {
+    let client = dev_env::image::distribution::Client::new(host);
+    let tiny = dev_env::image::oci::binary_image("tiny", b"tiny".to_vec());
+    for blob in tiny.blobs() {
+        client
+            .upload_blob(repo, &blob.digest, blob.bytes.clone())
+            .await
+            .expect("the registry takes the blob");
+    }
+    let stated = client
+        .put_manifest(
+            repo,
+            dev_env::image::DEV_TAG,
+            tiny.manifest.media_type,
+            tiny.manifest.bytes.clone(),
+        )
+        .await
+        .expect("the registry takes the manifest");
+    (tiny.manifest.digest, stated)
+}
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -317,15 +363,23 @@ impl SimProject {
         }
     }
 
+    /// Writes `manifests/app.yaml`: a namespace `app` and a ConfigMap
+    /// `settings` in it whose `data.mode` is `mode`.
+    pub fn write_config_map(&self, mode: &str) {
+        self.write(
+            "manifests/app.yaml",
+            &format!(
+                "apiVersion: v1\nkind: Namespace\nmetadata: {{name: app}}\n---\n\
+                 apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings, namespace: app}}\ndata: {{mode: {mode}}}\n"
+            ),
+        );
+    }
+
     /// A sim environment whose manifests are a namespace `app` and a
     /// ConfigMap `settings` in it.
     pub fn with_config_map(prefix: &str) -> SimProject {
         let env = SimProject::new(prefix);
-        env.write(
-            "manifests/app.yaml",
-            "apiVersion: v1\nkind: Namespace\nmetadata: {name: app}\n---\n\
-             apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: app}\ndata: {mode: dev}\n",
-        );
+        env.write_config_map("dev");
         env.write(
             "dev-env.yaml",
             &format!(

@@ -64,7 +64,7 @@ pub enum Error {
     },
     #[error("CRD `{name}` was not Established within {}s; check `kubectl get crd {name} -o yaml`", timeout.as_secs())]
     NotEstablished { name: String, timeout: Duration },
-    #[error("waiting for CRD `{name}`: {source}")]
+    #[error("cannot watch CRD `{name}` until it is Established")]
     Watch {
         name: String,
         #[source]

@@ -62,7 +62,7 @@ pub enum Error {
         code: i64,
         logs: String,
     },
-    #[error("node `{container}`: {source}")]
+    #[error("node `{container}` did not come up; `docker logs {container}` shows why")]
     Wait {
         container: String,
         #[source]

@@ -230,7 +230,7 @@ pub struct Problem {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "cannot read {}: {source}; create it (see README.md) or point `--config`/`DEV_ENV_CONFIG` at yours",
+        "cannot read {}; create it (see README.md) or point `--config`/`DEV_ENV_CONFIG` at yours",
         path.display()
     )]
     Read {

@@ -187,8 +187,9 @@ pub async fn push(
                 pushed.push((outcomes.len(), p));
             }
             Err(e) => {
-                tell(reporter, name, Phase::Failed, &e.to_string());
-                outcome.error = Some(e.to_string());
+                let error = crate::error_chain(&e);
+                tell(reporter, name, Phase::Failed, &error);
+                outcome.error = Some(error);
             }
         }
         outcomes.push(outcome);
@@ -214,14 +215,10 @@ async fn roll_pushed(
     let client = match cluster_client(config).await {
         Ok(client) => client,
         Err(e) => {
+            let error = crate::error_chain(&e);
             for (i, _) in pushed {
-                outcomes[*i].error = Some(e.to_string());
-                tell(
-                    reporter,
-                    &outcomes[*i].component,
-                    Phase::Failed,
-                    &e.to_string(),
-                );
+                outcomes[*i].error = Some(error.clone());
+                tell(reporter, &outcomes[*i].component, Phase::Failed, &error);
             }
             return;
         }
@@ -332,7 +329,7 @@ fn merge(outcome: &mut Outcome, result: Result<Settled, RollError>) {
             outcome.pods = r.pods;
             outcome.wait_ms = r.wait.as_millis() as u64;
         }
-        Err(e) => outcome.error = Some(e.to_string()),
+        Err(e) => outcome.error = Some(crate::error_chain(&e)),
     }
 }
 
@@ -370,7 +367,12 @@ impl Rolling<'_> {
                     Some(down) => RollError::NodeDown(down),
                     None => RollError::Rollout(e),
                 };
-                tell(self.reporter, name, Phase::Failed, &err.to_string());
+                tell(
+                    self.reporter,
+                    name,
+                    Phase::Failed,
+                    &crate::error_chain(&err),
+                );
                 Err(err)
             }
         }

@@ -25,13 +25,13 @@ pub const LABEL_ROLE: &str = "dev-env.role";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "cannot reach the Docker engine ({source}); start Docker, or point `DOCKER_HOST` at a running engine"
+        "cannot reach the Docker engine; start Docker, or point `DOCKER_HOST` at a running engine"
     )]
     Connect {
         #[source]
         source: BollardError,
     },
-    #[error("Docker engine: cannot {action}: {source}")]
+    #[error("Docker engine: cannot {action}")]
     Api {
         /// What was being done, such as "inspect container `demo-registry`".
         action: String,

@@ -39,31 +39,31 @@ pub const DEV_TAG: &str = "dev";
 pub enum Error {
     #[error(transparent)]
     Config(#[from] crate::config::Error),
-    #[error("component `{component}`: the registry is not usable: {source}")]
+    #[error("component `{component}`: the registry is not usable")]
     Registry {
         component: String,
         #[source]
         source: Box<distribution::Error>,
     },
-    #[error("component `{component}`: cargo build failed: {source}")]
+    #[error("component `{component}`: cargo build failed")]
     Cargo {
         component: String,
         #[source]
         source: cargo::Error,
     },
-    #[error("component `{component}`: builds with Docker, but {source}")]
+    #[error("component `{component}`: builds with Docker")]
     NeedsDocker {
         component: String,
         #[source]
         source: crate::docker::Error,
     },
-    #[error("component `{component}`: {source}")]
+    #[error("component `{component}`")]
     Docker {
         component: String,
         #[source]
         source: Box<docker::Error>,
     },
-    #[error("component `{component}`: push to {registry} failed: {source}")]
+    #[error("component `{component}`: push to {registry} failed")]
     Push {
         component: String,
         registry: String,
@@ -95,12 +95,12 @@ pub enum Error {
         digest: String,
         cause: String,
     },
-    #[error("cannot record the pushed digests: {source}")]
+    #[error("cannot record the pushed digests")]
     State {
         #[source]
         source: crate::state::Error,
     },
-    #[error("cannot tell the git commit of {}: {source}; is it a git checkout with `git` installed?", dir.display())]
+    #[error("cannot tell the git commit of {}; is it a git checkout with `git` installed?", dir.display())]
     Vcs {
         dir: PathBuf,
         #[source]
@@ -172,7 +172,7 @@ pub async fn push_components(
     if !pushed.is_empty()
         && let Err(e) = record(&config.state_dir(), &pushed)
     {
-        let cause = e.to_string();
+        let cause = crate::error_chain(&e);
         for result in &mut results {
             if let Ok(it) = result {
                 *result = Err(Error::Unrecorded {

@@ -24,7 +24,7 @@ pub struct Manifest {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Read {
         path: PathBuf,
         #[source]

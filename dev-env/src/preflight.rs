@@ -47,7 +47,7 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    #[error("{}", errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    #[error("{}", errors.iter().map(|e| crate::error_chain(e)).collect::<Vec<_>>().join("\n"))]
     Several { errors: Vec<Error> },
 }
 

@@ -347,7 +347,7 @@ pub async fn wait_ready_within(
     loop {
         let last = match client.ping().await {
             Ok(()) => return Ok(()),
-            Err(e) => e.to_string(),
+            Err(e) => crate::error_chain(&e),
         };
         if started.elapsed() >= timeout {
             let hint = match endpoint.action {
@@ -386,7 +386,7 @@ pub async fn resolve_image(
     if engine::inspect_image(docker, local).await?.is_some() {
         reporter.report(&Event::RegistryImageFallback {
             wanted: wanted.to_string(),
-            cause: cause.to_string(),
+            cause: crate::error_chain(&cause),
             local: local.to_string(),
             building: false,
         });
@@ -401,7 +401,7 @@ pub async fn resolve_image(
     }
     reporter.report(&Event::RegistryImageFallback {
         wanted: wanted.to_string(),
-        cause: cause.to_string(),
+        cause: crate::error_chain(&cause),
         local: local.to_string(),
         building: true,
     });

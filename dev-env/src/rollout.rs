@@ -61,7 +61,9 @@ pub enum Error {
     Contended { what: String },
     #[error(transparent)]
     Wait(#[from] workload::Error),
-    #[error("no Deployment owned by WorkerPool {namespace}/{name}: {source}")]
+    #[error(
+        "no Deployment owned by WorkerPool {namespace}/{name}; `kubectl describe workerpool -n {namespace} {name}` shows why its controller made none"
+    )]
     NoOwnedDeployment {
         namespace: String,
         name: String,

@@ -8,12 +8,11 @@ use dev_env::report::Silent;
 use dev_env::{
     config::Config,
     deliver::{self, Outcome, PushFlags},
-    lifecycle::{self, UpOptions},
-    rollout,
+    lifecycle, rollout,
     state::State,
     wait::workload::WaitOptions,
 };
-use dev_env_tests::{SimProject, Stderr};
+use dev_env_tests::{SimProject, Stderr, runtime, up};
 use xshell::{Shell, cmd};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -151,13 +150,6 @@ impl Drop for App {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 fn push(config: &Config) -> Outcome {
     let flags = PushFlags {
         rollout: true,
@@ -192,14 +184,7 @@ fn digest(config: &Config) -> String {
 fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
     let app = App::new();
     let config = app.config();
-    let options = UpOptions {
-        recreate: false,
-        verbose: false,
-        timeout: TIMEOUT,
-    };
-    runtime()
-        .block_on(lifecycle::up(&config, options, &Stderr))
-        .expect("dev up builds, pushes and runs the component");
+    up(&config).expect("dev up builds, pushes and runs the component");
     let first = digest(&config);
     app.assert_runs(&first);
 
@@ -448,15 +433,8 @@ impl Drop for Controller {
 fn a_worker_pool_rolls_through_its_controller_and_the_wait_holds_it_to_the_generation() {
     let app = App::with_workload(Workload::WorkerPool);
     let config = app.config();
-    let options = UpOptions {
-        recreate: false,
-        verbose: false,
-        timeout: TIMEOUT,
-    };
     let _controller = Controller::start(&config);
-    runtime()
-        .block_on(lifecycle::up(&config, options, &Stderr))
-        .expect("dev up");
+    up(&config).expect("dev up");
     // `dev up` returns only once the pool's Deployment runs the digest, so
     // `dev status` agrees at once.
     let status = runtime()

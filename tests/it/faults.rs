@@ -8,13 +8,12 @@ use std::time::{Duration, Instant};
 use dev_env::{
     config::Config,
     deliver,
-    lifecycle::{self, UpOptions},
     wait::{
         node::NodeProbe,
         workload::{self, WaitOptions, Want},
     },
 };
-use dev_env_tests::{SimProject, Stderr};
+use dev_env_tests::{SimProject, Stderr, runtime, up};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::{Api, api::PostParams};
 use xshell::{Shell, cmd};
@@ -36,13 +35,6 @@ spec:
       - {name: settings, configMap: {name: missing-settings}}
 ";
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
 /// An environment with no component and a namespace `faults`, up.
 fn environment() -> (SimProject, Config) {
     let env = SimProject::new("flt");
@@ -58,14 +50,7 @@ fn environment() -> (SimProject, Config) {
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: faults}\n",
     );
     let config = env.config();
-    let options = UpOptions {
-        recreate: false,
-        verbose: false,
-        timeout: TIMEOUT,
-    };
-    runtime()
-        .block_on(lifecycle::up(&config, options, &Stderr))
-        .expect("dev up brings the environment up");
+    up(&config).expect("dev up brings the environment up");
     (env, config)
 }
 

@@ -6,7 +6,9 @@ use dev_env::{
     image::{self, PushOptions, Pushed, distribution, oci},
     state::State,
 };
-use dev_env_tests::{DistributionRegistry, DockerCleanup, Project, free_port, require_docker};
+use dev_env_tests::{
+    DistributionRegistry, DockerCleanup, Project, free_port, push_tiny, require_docker,
+};
 
 const QUIET: PushOptions<'static> = PushOptions { output: None };
 
@@ -193,7 +195,7 @@ async fn a_failed_docker_build_names_the_component_and_shows_the_log() {
     cleanup
         .images
         .push(format!("{}/{}/static:dev", registry.host(), project.name));
-    let err = push(&project, "static").await.unwrap_err().to_string();
+    let err = dev_env::error_chain(&push(&project, "static").await.unwrap_err());
     assert!(err.contains("component `static`"), "{err}");
     assert!(err.contains("missing.txt"), "the engine's cause: {err}");
     assert!(err.contains("COPY a.txt"), "the log's tail: {err}");
@@ -208,7 +210,7 @@ async fn a_failed_cargo_build_names_the_component_and_the_compiler_error() {
         "hello/src/main.rs",
         "fn main() {\n    let x: u8 = \"no\";\n}\n",
     );
-    let err = push(&project, "hello").await.unwrap_err().to_string();
+    let err = dev_env::error_chain(&push(&project, "hello").await.unwrap_err());
     assert!(err.contains("component `hello`"), "{err}");
     assert!(err.contains("cargo build"), "{err}");
     assert!(
@@ -221,7 +223,7 @@ async fn a_failed_cargo_build_names_the_component_and_the_compiler_error() {
 #[tokio::test]
 async fn a_registry_on_the_wrong_port_or_down_fails_before_building() {
     let project = Project::new(&format!("127.0.0.1:{}", free_port()));
-    let err = push(&project, "hello").await.unwrap_err().to_string();
+    let err = dev_env::error_chain(&push(&project, "hello").await.unwrap_err());
     assert!(err.contains("component `hello`"), "{err}");
     assert!(err.contains("cannot reach the registry"), "{err}");
     assert!(err.contains("cargo xtask dev up"), "the fix: {err}");
@@ -230,7 +232,7 @@ async fn a_registry_on_the_wrong_port_or_down_fails_before_building() {
     let mut registry = DistributionRegistry::start();
     project.write_config(&registry.host());
     registry.stop();
-    let err = push(&project, "hello").await.unwrap_err().to_string();
+    let err = dev_env::error_chain(&push(&project, "hello").await.unwrap_err());
     assert!(err.contains(&registry.host()), "{err}");
     assert!(err.contains("cannot reach the registry"), "{err}");
     assert!(!state_file_exists(&project), "nothing recorded");
@@ -241,27 +243,10 @@ async fn verification_rejects_a_digest_the_registry_does_not_serve() {
     let registry = DistributionRegistry::start();
     let client = distribution::Client::new(&registry.host());
     let repo = "verify/tiny";
-    let tiny = oci::binary_image("tiny", b"not really a binary".to_vec());
-    for blob in tiny.blobs() {
-        client
-            .upload_blob(repo, &blob.digest, blob.bytes.clone())
-            .await
-            .unwrap();
-    }
-    let stated = client
-        .put_manifest(
-            repo,
-            image::DEV_TAG,
-            tiny.manifest.media_type,
-            tiny.manifest.bytes.clone(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(stated.as_deref(), Some(tiny.manifest.digest.as_str()));
+    let (digest, stated) = push_tiny(&registry.host(), repo).await;
+    assert_eq!(stated.as_deref(), Some(digest.as_str()));
 
-    image::verify(&client, "tiny", repo, &tiny.manifest.digest)
-        .await
-        .unwrap();
+    image::verify(&client, "tiny", repo, &digest).await.unwrap();
     let other = format!("sha256:{}", "0".repeat(64));
     let err = image::verify(&client, "tiny", repo, &other)
         .await
@@ -269,10 +254,7 @@ async fn verification_rejects_a_digest_the_registry_does_not_serve() {
         .to_string();
     assert!(err.contains("component `tiny`"), "{err}");
     assert!(err.contains("failed verification"), "{err}");
-    assert!(
-        err.contains(&tiny.manifest.digest) && err.contains(&other),
-        "{err}"
-    );
+    assert!(err.contains(&digest) && err.contains(&other), "{err}");
 }
 
 /// kube talks TLS through rustls with the ring provider; the registry

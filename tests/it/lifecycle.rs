@@ -2,7 +2,7 @@
 //! kube-sim node image and a registry image built locally from Debian's
 //! distribution binary.
 
-use std::{os::unix::fs::PermissionsExt, time::Duration};
+use std::os::unix::fs::PermissionsExt;
 
 use dev_env::report::Silent;
 use dev_env::{
@@ -13,7 +13,7 @@ use dev_env::{
     plan::{Drift, Object},
     state::State,
 };
-use dev_env_tests::{SimProject, Stderr};
+use dev_env_tests::{SimProject, Stderr, runtime};
 use xshell::{Shell, cmd};
 
 /// An environment with a namespace and a ConfigMap as its manifests.
@@ -29,11 +29,7 @@ impl std::ops::Deref for Env {
 impl Env {
     fn new() -> Env {
         let env = Env(SimProject::new("life"));
-        env.write(
-            "manifests/app.yaml",
-            "apiVersion: v1\nkind: Namespace\nmetadata: {name: app}\n---\n\
-             apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: app}\ndata: {mode: dev}\n",
-        );
+        env.write_config_map("dev");
         env.declare(&env.subnet);
         env
     }
@@ -47,18 +43,7 @@ impl Env {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-const OPTIONS: UpOptions = UpOptions {
-    recreate: false,
-    verbose: false,
-    timeout: Duration::from_secs(120),
-};
+const OPTIONS: UpOptions = dev_env_tests::UP;
 
 fn up(config: &Config, options: UpOptions) -> Result<lifecycle::UpReport, lifecycle::Error> {
     runtime().block_on(lifecycle::up(config, options, &Stderr))

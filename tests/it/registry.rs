@@ -6,42 +6,21 @@ use std::{collections::HashMap, path::Path, time::Duration};
 use dev_env::{
     config::Config,
     docker as engine,
-    image::{self, distribution, oci},
+    image::distribution,
     plan,
     registry::{self, Action},
     report::Silent,
     state::State,
 };
 use dev_env_tests::{
-    DISTRIBUTION_BINARY, DistributionRegistry, DockerCleanup, require_docker, unique_name,
+    DISTRIBUTION_BINARY, DistributionRegistry, DockerCleanup, push_tiny, require_docker,
+    unique_name,
 };
 
 fn config(dir: &Path, text: &str) -> Config {
     let path = dir.join("dev-env.yaml");
     std::fs::write(&path, text).unwrap();
     Config::load(&path).unwrap()
-}
-
-/// Pushes a tiny image to `host` as `<repo>:dev`; returns its digest.
-async fn push_tiny(host: &str, repo: &str) -> String {
-    let client = distribution::Client::new(host);
-    let tiny = oci::binary_image("tiny", b"tiny".to_vec());
-    for blob in tiny.blobs() {
-        client
-            .upload_blob(repo, &blob.digest, blob.bytes.clone())
-            .await
-            .unwrap();
-    }
-    client
-        .put_manifest(
-            repo,
-            image::DEV_TAG,
-            tiny.manifest.media_type,
-            tiny.manifest.bytes.clone(),
-        )
-        .await
-        .unwrap();
-    tiny.manifest.digest
 }
 
 async fn container_id(docker: &bollard::Docker, name: &str) -> String {
@@ -138,7 +117,7 @@ async fn registry_container_is_created_on_loopback_reused_and_keeps_its_data() {
     );
 
     let repo = format!("{name}/tiny");
-    let digest = push_tiny(&endpoint.host, &repo).await;
+    let (digest, _) = push_tiny(&endpoint.host, &repo).await;
     let first_id = container_id(&docker, &config.registry.name).await;
 
     let again = registry::ensure(&docker, &config, &Silent).await.unwrap();

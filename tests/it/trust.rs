@@ -8,30 +8,13 @@ use std::time::{Duration, Instant};
 
 use dev_env::{
     config::Config,
-    lifecycle::{self, DownOptions, UpOptions},
+    lifecycle::{self, DownOptions},
     lock, ownership,
     state::State,
     status,
 };
-use dev_env_tests::{Recorder, SimProject, Stderr};
+use dev_env_tests::{Recorder, SimProject, Stderr, runtime, up};
 use xshell::{Shell, cmd};
-
-const OPTIONS: UpOptions = UpOptions {
-    recreate: false,
-    verbose: false,
-    timeout: Duration::from_secs(120),
-};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
-
-fn up(config: &Config) -> Result<lifecycle::UpReport, lifecycle::Error> {
-    runtime().block_on(lifecycle::up(config, OPTIONS, &Stderr))
-}
 
 fn down(config: &Config, options: DownOptions) -> Result<lifecycle::DownReport, lifecycle::Error> {
     runtime().block_on(lifecycle::down(config, options, &Stderr))
@@ -188,7 +171,7 @@ fn runs_on_one_environment_take_turns_and_keep_each_others_state() {
         let (config, said) = (config.clone(), said.clone());
         std::thread::spawn(move || {
             let started = Instant::now();
-            let result = runtime().block_on(lifecycle::up(&config, OPTIONS, &said));
+            let result = runtime().block_on(lifecycle::up(&config, dev_env_tests::UP, &said));
             (result.map(drop), started.elapsed())
         })
     };
@@ -279,11 +262,7 @@ fn a_bad_manifest_fails_up_with_its_place_and_nothing_is_applied() {
 
     // A typo in a Deployment, in a namespace the same set creates, after a
     // change to the ConfigMap: the typo is found and nothing changes.
-    env.write(
-        "manifests/app.yaml",
-        "apiVersion: v1\nkind: Namespace\nmetadata: {name: app}\n---\n\
-         apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: app}\ndata: {mode: changed}\n",
-    );
+    env.write_config_map("changed");
     env.write(
         "manifests/web.yaml",
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: fresh}\n---\n\

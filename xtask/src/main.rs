@@ -28,7 +28,7 @@ fn main() -> ExitCode {
     match try_main(flags) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {}", render(&err));
+            eprintln!("error: {}", dev_env::error_chain(err.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -45,20 +45,6 @@ fn try_main(flags: flags::Xtask) -> anyhow::Result<ExitCode> {
         flags::Cmd::Test(cmd) => cmd.run(sh, ctx),
         flags::Cmd::Bench(cmd) => cmd.run(ctx),
     }
-}
-
-/// The error and its causes, each once: library errors often quote their
-/// source in their own message already.
-fn render(err: &anyhow::Error) -> String {
-    let mut out = err.to_string();
-    for cause in err.chain().skip(1) {
-        let cause = cause.to_string();
-        if !out.contains(&cause) {
-            out.push_str(": ");
-            out.push_str(&cause);
-        }
-    }
-    out
 }
 
 /// The repository root: the parent of this crate.

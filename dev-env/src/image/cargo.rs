@@ -28,7 +28,7 @@ pub const BUILD_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot run `cargo build` in {}: {source}", dir.display())]
+    #[error("cannot run `cargo build` in {}", dir.display())]
     Spawn {
         dir: PathBuf,
         #[source]
@@ -42,7 +42,7 @@ pub enum Error {
         bin: String,
         tail: String,
     },
-    #[error("cannot run `cargo build` in {}: {source}", dir.display())]
+    #[error("cannot run `cargo build` in {}", dir.display())]
     Run {
         dir: PathBuf,
         #[source]
@@ -58,7 +58,7 @@ pub enum Error {
         after: Duration,
         tail: String,
     },
-    #[error("cannot read the built binary {}: {source}", path.display())]
+    #[error("cannot read the built binary {}", path.display())]
     Read {
         path: PathBuf,
         #[source]

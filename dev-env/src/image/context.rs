@@ -18,13 +18,13 @@ pub const OUTSIDE_DOCKERFILE: &str = ".dev-env.Dockerfile";
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read the build context at {}: {source}", path.display())]
+    #[error("cannot read the build context at {}", path.display())]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("{}: line {line}: `{pattern}` is not a valid pattern ({source}); fix or remove it", path.display())]
+    #[error("{}: line {line}: `{pattern}` is not a valid pattern; fix or remove it", path.display())]
     Pattern {
         path: PathBuf,
         line: usize,

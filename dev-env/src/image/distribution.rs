@@ -32,7 +32,7 @@ const BLOB_UPLOAD: Duration = Duration::from_secs(600);
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "cannot reach the registry at {url}: {source}; is it running? `cargo xtask dev up` starts it, and `registry.external` must name a registry that answers"
+        "cannot reach the registry at {url}; is it running? `cargo xtask dev up` starts it, and `registry.external` must name a registry that answers"
     )]
     Unreachable {
         url: String,
@@ -48,7 +48,7 @@ pub enum Error {
         status: StatusCode,
         body: String,
     },
-    #[error("cannot read the registry's answer to `{method} {url}`: {source}")]
+    #[error("cannot read the registry's answer to `{method} {url}`")]
     Body {
         method: Method,
         url: String,

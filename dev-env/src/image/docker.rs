@@ -32,7 +32,7 @@ pub enum Error {
     Build { message: String, tail: String },
     #[error("the Docker build ended without an image ID; last lines of the build log:\n{tail}")]
     NoImage { tail: String },
-    #[error("the Docker engine could not push `{reference}`: {source}")]
+    #[error("the Docker engine could not push `{reference}`")]
     Push {
         reference: String,
         #[source]

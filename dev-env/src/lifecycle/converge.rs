@@ -14,24 +14,21 @@ use crate::{
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{}", failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+    #[error("{}", failures.iter().map(|f| crate::error_chain(f)).collect::<Vec<_>>().join("\n"))]
     NotConverged { failures: Vec<Failure> },
 }
 
 /// One workload that did not converge.
 #[derive(Debug, thiserror::Error)]
 pub enum Failure {
-    #[error("component `{component}`: {source}")]
+    #[error("component `{component}`")]
     Component {
         component: String,
         #[source]
         source: rollout::Error,
     },
-    #[error("{source}")]
-    Deployment {
-        #[source]
-        source: workload::Error,
-    },
+    #[error(transparent)]
+    Deployment { source: workload::Error },
 }
 
 /// Waits, all at once, for every component and every other Deployment

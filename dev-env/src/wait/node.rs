@@ -23,16 +23,13 @@ pub enum Error {
     Paused { container: String },
     #[error("the node {container} does not exist; `cargo xtask dev up` creates it")]
     Missing { container: String },
-    #[error("cannot tell whether the node {container} is running: {source}")]
+    #[error("cannot tell whether the node {container} is running")]
     Inspect {
         container: String,
         #[source]
         source: docker::Error,
     },
-    #[error(
-        "cannot reach the Kubernetes API ({}); {hint}",
-        crate::apply::api_error(source)
-    )]
+    #[error("cannot reach the Kubernetes API; {hint}")]
     Unreachable {
         hint: String,
         #[source]

@@ -211,7 +211,7 @@ impl<'a> Watching<'a> {
             Ok(Ok(())) => Ok(()),
             Ok(Err(down)) if down.is_down() => Err(Error::Node(down)),
             Ok(Err(unknown)) => {
-                self.last_error = Some(unknown.to_string());
+                self.last_error = Some(crate::error_chain(&unknown));
                 Ok(())
             }
         }
