@@ -232,9 +232,9 @@ pub async fn push_component(
                 root: &config.root,
                 package,
                 bin,
-                verbose: options.output.is_some(),
+                lines: None,
             };
-            push_cargo(&target, build, before.as_ref()).await?
+            push_cargo(&target, build, before.as_ref(), options.output).await?
         }
         Build::Docker {
             context,
@@ -311,9 +311,10 @@ async fn push_cargo(
     target: &Target<'_>,
     build: cargo::CargoBuild<'_>,
     before: Option<&distribution::Manifest>,
+    output: Option<&dyn crate::report::Reporter>,
 ) -> Result<Upload, Error> {
     let (registry, repo) = (target.registry, target.repo);
-    let image = off_runtime(build, cargo::build_image)
+    let image = cargo::off_runtime(build, cargo::build_image, output)
         .await
         .map_err(|e| target.cargo_error(e))?;
     let mut upload = Upload {
@@ -367,7 +368,7 @@ async fn push_docker(
 ) -> Result<Upload, Error> {
     let files = match staged.binary {
         Some(binary) => {
-            vec![stage_binary(target, staged.root, binary, build.output.is_some()).await?]
+            vec![stage_binary(target, staged.root, binary, build.output).await?]
         }
         None => Vec::new(),
     };
@@ -405,41 +406,18 @@ async fn stage_binary(
     target: &Target<'_>,
     root: &Path,
     binary: &CargoBinary,
-    verbose: bool,
+    output: Option<&dyn crate::report::Reporter>,
 ) -> Result<(String, PathBuf), Error> {
     let build = cargo::CargoBuild {
         root,
         package: &binary.package,
         bin: &binary.bin,
-        verbose,
+        lines: None,
     };
-    let path = off_runtime(build, cargo::build_binary)
+    let path = cargo::off_runtime(build, cargo::build_binary, output)
         .await
         .map_err(|e| target.cargo_error(e))?;
     Ok((binary.bin.clone(), path))
-}
-
-/// Runs `step` (a blocking cargo build) off the async runtime.
-async fn off_runtime<T: Send + 'static>(
-    build: cargo::CargoBuild<'_>,
-    step: fn(&cargo::CargoBuild<'_>) -> Result<T, cargo::Error>,
-) -> Result<T, cargo::Error> {
-    let (root, package, bin, verbose) = (
-        build.root.to_path_buf(),
-        build.package.to_string(),
-        build.bin.to_string(),
-        build.verbose,
-    );
-    tokio::task::spawn_blocking(move || {
-        step(&cargo::CargoBuild {
-            root: &root,
-            package: &package,
-            bin: &bin,
-            verbose,
-        })
-    })
-    .await
-    .expect("the cargo build task does not panic")
 }
 
 /// What one push sent: the manifest's digest, and the bytes and blobs

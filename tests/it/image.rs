@@ -99,7 +99,7 @@ fn two_clean_cargo_builds_give_byte_identical_manifests() {
         root: project.root(),
         package: "hello",
         bin: "hello",
-        verbose: false,
+        lines: None,
     };
     let target_dir = project.root().join(image::cargo::TARGET_DIR);
     let first = image::cargo::build_image(&build).unwrap();

@@ -397,7 +397,7 @@ impl LoopProject {
             root: &self.dir,
             package: "app",
             bin: "app",
-            verbose: false,
+            lines: None,
         }
     }
 }

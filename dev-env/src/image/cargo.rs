@@ -8,7 +8,7 @@
 //! where the checkout lives.
 
 use std::{
-    io::Read,
+    io::BufRead,
     path::{Path, PathBuf},
     process::{Command, ExitStatus, Stdio},
     time::{Duration, Instant},
@@ -72,8 +72,43 @@ pub struct CargoBuild<'a> {
     pub root: &'a Path,
     pub package: &'a str,
     pub bin: &'a str,
-    /// Stream cargo's output instead of showing it only on failure.
-    pub verbose: bool,
+    /// Where cargo's output goes line by line as it comes (`--verbose`);
+    /// `None` shows it only on failure.
+    pub lines: Option<LineSender>,
+}
+
+/// The sending end of a build's output, line by line.
+pub type LineSender = tokio::sync::mpsc::UnboundedSender<String>;
+
+/// Runs `step` (a blocking cargo build) off the async runtime; with
+/// `output`, every line cargo prints is reported as it comes.
+pub async fn off_runtime<T: Send + 'static>(
+    build: CargoBuild<'_>,
+    step: fn(&CargoBuild<'_>) -> Result<T, Error>,
+    output: Option<&dyn crate::report::Reporter>,
+) -> Result<T, Error> {
+    let (root, package, bin) = (
+        build.root.to_path_buf(),
+        build.package.to_string(),
+        build.bin.to_string(),
+    );
+    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+    let lines = output.is_some().then_some(sender);
+    let running = tokio::task::spawn_blocking(move || {
+        step(&CargoBuild {
+            root: &root,
+            package: &package,
+            bin: &bin,
+            lines,
+        })
+    });
+    // The channel closes when the build ends and drops its sender.
+    while let Some(line) = receiver.recv().await {
+        if let Some(output) = output {
+            output.report(&crate::report::Event::BuildOutput { line });
+        }
+    }
+    running.await.expect("the cargo build task does not panic")
 }
 
 /// Builds the binary and assembles its image. Blocking: run it off the
@@ -105,12 +140,10 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
     .env("CARGO_TARGET_DIR", &target_dir)
     .env("CARGO_ENCODED_RUSTFLAGS", rustflags(build.root))
     .env_remove("RUSTFLAGS");
-    let (status, stderr) =
-        run_with_deadline(cmd.into(), build.verbose, BUILD_TIMEOUT).map_err(|source| {
-            Error::Run {
-                dir: build.root.to_path_buf(),
-                source,
-            }
+    let (status, stderr) = run_with_deadline(cmd.into(), build.lines.as_ref(), BUILD_TIMEOUT)
+        .map_err(|source| Error::Run {
+            dir: build.root.to_path_buf(),
+            source,
         })?;
     let Some(status) = status else {
         return Err(Error::Deadline {
@@ -124,7 +157,7 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
         return Err(Error::Failed {
             package: package.to_string(),
             bin: bin.to_string(),
-            tail: if build.verbose {
+            tail: if build.lines.is_some() {
                 String::from("(shown above)")
             } else {
                 tail(&stderr, 30)
@@ -135,24 +168,32 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
 }
 
 /// Runs `command` until it exits or `timeout` passes (then kills it).
-/// Its stderr is streamed when `verbose`, captured otherwise; the exit
-/// status is `None` when the deadline ended it.
+/// Its stderr is captured, and sent line by line to `lines` as it comes;
+/// the exit status is `None` when the deadline ended it.
 fn run_with_deadline(
     mut command: Command,
-    verbose: bool,
+    lines: Option<&LineSender>,
     timeout: Duration,
 ) -> std::io::Result<(Option<ExitStatus>, String)> {
-    command.stdin(Stdio::null());
-    if !verbose {
-        command.stdout(Stdio::null()).stderr(Stdio::piped());
-    }
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
     let mut child = command.spawn()?;
     // Read stderr on the side, so a full pipe never stalls the build.
-    let reader = child.stderr.take().map(|mut stderr| {
+    let reader = child.stderr.take().map(|stderr| {
+        let lines = lines.cloned();
         std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = stderr.read_to_end(&mut bytes);
-            bytes
+            let mut captured = String::new();
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if let Some(lines) = &lines {
+                    let _ = lines.send(line.clone());
+                }
+                captured.push_str(&line);
+                captured.push('\n');
+            }
+            captured
         })
     });
     let deadline = Instant::now() + timeout;
@@ -167,10 +208,7 @@ fn run_with_deadline(
         }
         std::thread::sleep(Duration::from_millis(50));
     };
-    let stderr = reader
-        .and_then(|r| r.join().ok())
-        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
-        .unwrap_or_default();
+    let stderr = reader.and_then(|r| r.join().ok()).unwrap_or_default();
     Ok((status, stderr))
 }
 
@@ -216,21 +254,37 @@ mod tests {
     #[test]
     fn a_command_past_its_deadline_is_stopped() {
         let sh = Shell::new().unwrap();
-        let (status, _) = run_with_deadline(
-            cmd!(sh, "sleep 5").into(),
-            false,
-            Duration::from_millis(100),
-        )
-        .unwrap();
+        let (status, _) =
+            run_with_deadline(cmd!(sh, "sleep 5").into(), None, Duration::from_millis(100))
+                .unwrap();
         assert_eq!(status, None);
         let (status, stderr) = run_with_deadline(
             cmd!(sh, "sh -c 'echo oops >&2; exit 3'").into(),
-            false,
+            None,
             Duration::from_secs(5),
         )
         .unwrap();
         assert_eq!(status.and_then(|s| s.code()), Some(3));
         assert_eq!(stderr, "oops\n");
+    }
+
+    #[test]
+    fn output_is_sent_line_by_line_and_still_captured() {
+        let sh = Shell::new().unwrap();
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let (status, stderr) = run_with_deadline(
+            cmd!(sh, "sh -c 'echo one >&2; echo two >&2'").into(),
+            Some(&sender),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        assert!(status.is_some_and(|s| s.success()));
+        assert_eq!(stderr, "one\ntwo\n");
+        let mut sent = Vec::new();
+        while let Ok(line) = receiver.try_recv() {
+            sent.push(line);
+        }
+        assert_eq!(sent, ["one", "two"]);
     }
 
     #[test]

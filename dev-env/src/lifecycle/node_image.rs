@@ -160,11 +160,6 @@ pub enum BuildError {
         #[source]
         source: cargo_build::Error,
     },
-    #[error("the build of `kube-sim` stopped before it finished")]
-    Interrupted {
-        #[source]
-        source: tokio::task::JoinError,
-    },
     #[error("cannot stage the image's files in a temporary directory")]
     Stage {
         #[source]
@@ -190,19 +185,15 @@ pub async fn build_sim_image(
     source: &str,
     output: Option<&dyn Reporter>,
 ) -> Result<(), BuildError> {
-    let root = root.to_path_buf();
-    let verbose = output.is_some();
-    let binary = tokio::task::spawn_blocking(move || {
-        cargo_build::build_binary(&cargo_build::CargoBuild {
-            root: &root,
-            package: "kube-sim",
-            bin: "kube-sim",
-            verbose,
-        })
-    })
-    .await
-    .map_err(|source| BuildError::Interrupted { source })?
-    .map_err(|source| BuildError::Binary { source })?;
+    let build = cargo_build::CargoBuild {
+        root,
+        package: "kube-sim",
+        bin: "kube-sim",
+        lines: None,
+    };
+    let binary = cargo_build::off_runtime(build, cargo_build::build_binary, output)
+        .await
+        .map_err(|source| BuildError::Binary { source })?;
     let stage = |source| BuildError::Stage { source };
     let dir = tempfile::tempdir().map_err(stage)?;
     std::fs::copy(&binary, dir.path().join("kube-sim")).map_err(stage)?;
