@@ -31,41 +31,38 @@ impl GroupResource {
     pub fn of<K: k8s_openapi::Resource>() -> GroupResource {
         GroupResource::new(K::GROUP, K::URL_PATH_SEGMENT)
     }
+}
 
+/// `GroupResource::<name>()` for the built-in resources the simulator's
+/// own code names.
+macro_rules! built_in_resources {
+    ($($(#[$doc:meta])* $name:ident => ($group:literal, $resource:literal);)*) => {
+        impl GroupResource {
+            $(
+                $(#[$doc])*
+                pub fn $name() -> GroupResource {
+                    GroupResource::new($group, $resource)
+                }
+            )*
+        }
+    };
+}
+
+built_in_resources! {
     /// Core `pods`.
-    pub fn pods() -> GroupResource {
-        GroupResource::new("", "pods")
-    }
-
+    pods => ("", "pods");
     /// Core `namespaces`.
-    pub fn namespaces() -> GroupResource {
-        GroupResource::new("", "namespaces")
-    }
-
+    namespaces => ("", "namespaces");
     /// Core `events`.
-    pub fn events() -> GroupResource {
-        GroupResource::new("", "events")
-    }
-
+    events => ("", "events");
     /// Core `nodes`.
-    pub fn nodes() -> GroupResource {
-        GroupResource::new("", "nodes")
-    }
-
+    nodes => ("", "nodes");
     /// `apps` `deployments`.
-    pub fn deployments() -> GroupResource {
-        GroupResource::new("apps", "deployments")
-    }
-
+    deployments => ("apps", "deployments");
     /// `apps` `replicasets`.
-    pub fn replicasets() -> GroupResource {
-        GroupResource::new("apps", "replicasets")
-    }
-
+    replicasets => ("apps", "replicasets");
     /// `apiextensions.k8s.io` `customresourcedefinitions`.
-    pub fn crds() -> GroupResource {
-        GroupResource::new("apiextensions.k8s.io", "customresourcedefinitions")
-    }
+    crds => ("apiextensions.k8s.io", "customresourcedefinitions");
 }
 
 impl fmt::Display for GroupResource {
@@ -226,6 +223,8 @@ impl ResourceInfo {
     }
 }
 
+/// One row of the built-in table; the builder methods below read as the
+/// row's exceptions to a namespaced resource without subresources.
 struct BuiltIn {
     group: &'static str,
     version: &'static str,
@@ -240,202 +239,143 @@ struct BuiltIn {
     generation: GenerationRule,
 }
 
+impl BuiltIn {
+    /// A namespaced resource, no short names, not in `all`, no
+    /// subresources, and a `generation` that never moves.
+    const fn new(
+        group: &'static str,
+        version: &'static str,
+        plural: &'static str,
+        singular: &'static str,
+        kind: &'static str,
+    ) -> BuiltIn {
+        BuiltIn {
+            group,
+            version,
+            plural,
+            singular,
+            kind,
+            namespaced: true,
+            short_names: &[],
+            all: false,
+            status: false,
+            scale: false,
+            generation: GenerationRule::None,
+        }
+    }
+
+    const fn cluster_scoped(self) -> BuiltIn {
+        BuiltIn {
+            namespaced: false,
+            ..self
+        }
+    }
+
+    const fn short(self, short_names: &'static [&'static str]) -> BuiltIn {
+        BuiltIn {
+            short_names,
+            ..self
+        }
+    }
+
+    const fn in_all(self) -> BuiltIn {
+        BuiltIn { all: true, ..self }
+    }
+
+    const fn with_status(self) -> BuiltIn {
+        BuiltIn {
+            status: true,
+            ..self
+        }
+    }
+
+    const fn with_scale(self) -> BuiltIn {
+        BuiltIn {
+            scale: true,
+            ..self
+        }
+    }
+
+    const fn generation(self, generation: GenerationRule) -> BuiltIn {
+        BuiltIn { generation, ..self }
+    }
+}
+
 const BUILT_INS: &[BuiltIn] = &[
-    BuiltIn {
-        group: "",
-        version: "v1",
-        plural: "namespaces",
-        singular: "namespace",
-        kind: "Namespace",
-        namespaced: false,
-        short_names: &["ns"],
-        all: false,
-        status: true,
-        scale: false,
-        generation: GenerationRule::None,
-    },
-    BuiltIn {
-        group: "",
-        version: "v1",
-        plural: "nodes",
-        singular: "node",
-        kind: "Node",
-        namespaced: false,
-        short_names: &["no"],
-        all: false,
-        status: true,
-        scale: false,
-        generation: GenerationRule::None,
-    },
-    BuiltIn {
-        group: "",
-        version: "v1",
-        plural: "configmaps",
-        singular: "configmap",
-        kind: "ConfigMap",
-        namespaced: true,
-        short_names: &["cm"],
-        all: false,
-        status: false,
-        scale: false,
-        generation: GenerationRule::None,
-    },
-    BuiltIn {
-        group: "",
-        version: "v1",
-        plural: "secrets",
-        singular: "secret",
-        kind: "Secret",
-        namespaced: true,
-        short_names: &[],
-        all: false,
-        status: false,
-        scale: false,
-        generation: GenerationRule::None,
-    },
-    BuiltIn {
-        group: "",
-        version: "v1",
-        plural: "services",
-        singular: "service",
-        kind: "Service",
-        namespaced: true,
-        short_names: &["svc"],
-        all: true,
-        status: true,
-        scale: false,
-        generation: GenerationRule::None,
-    },
-    BuiltIn {
-        group: "",
-        version: "v1",
-        plural: "serviceaccounts",
-        singular: "serviceaccount",
-        kind: "ServiceAccount",
-        namespaced: true,
-        short_names: &["sa"],
-        all: false,
-        status: false,
-        scale: false,
-        generation: GenerationRule::None,
-    },
-    BuiltIn {
-        group: "",
-        version: "v1",
-        plural: "events",
-        singular: "event",
-        kind: "Event",
-        namespaced: true,
-        short_names: &["ev"],
-        all: false,
-        status: false,
-        scale: false,
-        generation: GenerationRule::None,
-    },
-    BuiltIn {
-        group: "",
-        version: "v1",
-        plural: "pods",
-        singular: "pod",
-        kind: "Pod",
-        namespaced: true,
-        short_names: &["po"],
-        all: true,
-        status: true,
-        scale: false,
-        generation: GenerationRule::None,
-    },
-    BuiltIn {
-        group: "apps",
-        version: "v1",
-        plural: "deployments",
-        singular: "deployment",
-        kind: "Deployment",
-        namespaced: true,
-        short_names: &["deploy"],
-        all: true,
-        status: true,
-        scale: true,
-        generation: GenerationRule::SpecOrAnnotations,
-    },
-    BuiltIn {
-        group: "apps",
-        version: "v1",
-        plural: "replicasets",
-        singular: "replicaset",
-        kind: "ReplicaSet",
-        namespaced: true,
-        short_names: &["rs"],
-        all: true,
-        status: true,
-        scale: true,
-        generation: GenerationRule::Spec,
-    },
-    BuiltIn {
-        group: "rbac.authorization.k8s.io",
-        version: "v1",
-        plural: "roles",
-        singular: "role",
-        kind: "Role",
-        namespaced: true,
-        short_names: &[],
-        all: false,
-        status: false,
-        scale: false,
-        generation: GenerationRule::None,
-    },
-    BuiltIn {
-        group: "rbac.authorization.k8s.io",
-        version: "v1",
-        plural: "rolebindings",
-        singular: "rolebinding",
-        kind: "RoleBinding",
-        namespaced: true,
-        short_names: &[],
-        all: false,
-        status: false,
-        scale: false,
-        generation: GenerationRule::None,
-    },
-    BuiltIn {
-        group: "rbac.authorization.k8s.io",
-        version: "v1",
-        plural: "clusterroles",
-        singular: "clusterrole",
-        kind: "ClusterRole",
-        namespaced: false,
-        short_names: &[],
-        all: false,
-        status: false,
-        scale: false,
-        generation: GenerationRule::None,
-    },
-    BuiltIn {
-        group: "rbac.authorization.k8s.io",
-        version: "v1",
-        plural: "clusterrolebindings",
-        singular: "clusterrolebinding",
-        kind: "ClusterRoleBinding",
-        namespaced: false,
-        short_names: &[],
-        all: false,
-        status: false,
-        scale: false,
-        generation: GenerationRule::None,
-    },
-    BuiltIn {
-        group: "apiextensions.k8s.io",
-        version: "v1",
-        plural: "customresourcedefinitions",
-        singular: "customresourcedefinition",
-        kind: "CustomResourceDefinition",
-        namespaced: false,
-        short_names: &["crd", "crds"],
-        all: false,
-        status: true,
-        scale: false,
-        generation: GenerationRule::Spec,
-    },
+    BuiltIn::new("", "v1", "namespaces", "namespace", "Namespace")
+        .cluster_scoped()
+        .short(&["ns"])
+        .with_status(),
+    BuiltIn::new("", "v1", "nodes", "node", "Node")
+        .cluster_scoped()
+        .short(&["no"])
+        .with_status(),
+    BuiltIn::new("", "v1", "configmaps", "configmap", "ConfigMap").short(&["cm"]),
+    BuiltIn::new("", "v1", "secrets", "secret", "Secret"),
+    BuiltIn::new("", "v1", "services", "service", "Service")
+        .short(&["svc"])
+        .in_all()
+        .with_status(),
+    BuiltIn::new(
+        "",
+        "v1",
+        "serviceaccounts",
+        "serviceaccount",
+        "ServiceAccount",
+    )
+    .short(&["sa"]),
+    BuiltIn::new("", "v1", "events", "event", "Event").short(&["ev"]),
+    BuiltIn::new("", "v1", "pods", "pod", "Pod")
+        .short(&["po"])
+        .in_all()
+        .with_status(),
+    BuiltIn::new("apps", "v1", "deployments", "deployment", "Deployment")
+        .short(&["deploy"])
+        .in_all()
+        .with_status()
+        .with_scale()
+        .generation(GenerationRule::SpecOrAnnotations),
+    BuiltIn::new("apps", "v1", "replicasets", "replicaset", "ReplicaSet")
+        .short(&["rs"])
+        .in_all()
+        .with_status()
+        .with_scale()
+        .generation(GenerationRule::Spec),
+    BuiltIn::new("rbac.authorization.k8s.io", "v1", "roles", "role", "Role"),
+    BuiltIn::new(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "rolebindings",
+        "rolebinding",
+        "RoleBinding",
+    ),
+    BuiltIn::new(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterroles",
+        "clusterrole",
+        "ClusterRole",
+    )
+    .cluster_scoped(),
+    BuiltIn::new(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        "ClusterRoleBinding",
+    )
+    .cluster_scoped(),
+    BuiltIn::new(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "customresourcedefinition",
+        "CustomResourceDefinition",
+    )
+    .cluster_scoped()
+    .short(&["crd", "crds"])
+    .with_status()
+    .generation(GenerationRule::Spec),
 ];
 
 /// The built-in resources, in discovery order.

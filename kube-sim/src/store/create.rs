@@ -24,21 +24,16 @@ impl Store {
         obj: Value,
         opts: &WriteOptions,
     ) -> Result<Value> {
-        let manager = opts.field_manager.as_deref().unwrap_or("kube-sim");
         let mut st = self.lock();
         let info = st.info(gr)?;
-        let (obj, _warnings) = self.prepare_create(
-            &mut st,
-            &info,
-            namespace,
-            obj,
-            Managed::Update(manager),
-            opts.field_validation,
-        )?;
-        if opts.dry_run {
-            return Ok(obj);
-        }
-        Ok(self.insert_new(st, &info, obj))
+        let managed = opts.managed();
+        let validation = opts.field_validation;
+        let (obj, _) = self.prepare_create(&mut st, &info, namespace, obj, managed, validation)?;
+        Ok(if opts.dry_run {
+            obj
+        } else {
+            self.insert_new(st, &info, obj)
+        })
     }
 
     /// Creates a `k8s-openapi` object.

@@ -35,6 +35,12 @@ impl WriteOptions {
             ..WriteOptions::default()
         }
     }
+
+    /// How the write records field ownership: an `Update` by its manager
+    /// (`kube-sim` when none is named).
+    pub(super) fn managed(&self) -> super::update::Managed<'_> {
+        super::update::Managed::Update(self.field_manager.as_deref().unwrap_or("kube-sim"))
+    }
 }
 
 /// A patch body by type.
