@@ -25,12 +25,18 @@ pub const LABEL_ROLE: &str = "dev-env.role";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "cannot reach the Docker engine; start Docker, or point `DOCKER_HOST` at a running engine"
+        "cannot reach the Docker engine at {at}; start Docker, or point `DOCKER_HOST` at a running engine's socket"
     )]
     Connect {
+        /// The socket tried.
+        at: String,
         #[source]
         source: BollardError,
     },
+    #[error(
+        "`DOCKER_HOST={host}` is not a unix socket; dev-env reaches the engine through its socket (`unix:///var/run/docker.sock`), so point `DOCKER_HOST` at one or unset it"
+    )]
+    UnsupportedHost { host: String },
     #[error("Docker engine: cannot {action}")]
     Api {
         /// What was being done, such as "inspect container `demo-registry`".
@@ -50,14 +56,31 @@ impl Error {
     }
 }
 
-/// Connects to the local engine and negotiates the API version it speaks.
+/// Connects to the engine and negotiates the API version it speaks: the
+/// unix socket `DOCKER_HOST` names (`unix://…`), or the default socket.
 pub async fn connect() -> Result<Docker, Error> {
-    let docker =
-        Docker::connect_with_socket_defaults().map_err(|source| Error::Connect { source })?;
+    let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
+    let docker = match host.as_deref() {
+        None => Docker::connect_with_socket_defaults(),
+        Some(host) if host.starts_with("unix://") => {
+            Docker::connect_with_unix(host, 120, bollard::API_DEFAULT_VERSION)
+        }
+        Some(host) => {
+            return Err(Error::UnsupportedHost {
+                host: host.to_string(),
+            });
+        }
+    };
+    let at = host.unwrap_or_else(|| String::from("unix:///var/run/docker.sock"));
+    let connect = |source| Error::Connect {
+        at: at.clone(),
+        source,
+    };
     docker
+        .map_err(connect)?
         .negotiate_version()
         .await
-        .map_err(|source| Error::Connect { source })
+        .map_err(connect)
 }
 
 /// The labels of an object that belongs to environment `name` in `role`.

@@ -638,3 +638,30 @@ fn dev_up_refuses_a_registry_port_in_use_and_creates_nothing() {
     assert_nothing_created(dir.path(), &name);
     drop(held);
 }
+
+#[test]
+fn docker_host_names_the_engine_and_other_schemes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dev-env.yaml");
+    std::fs::write(&file, "name: elsewhere\nmanifests: []\n").unwrap();
+    let config = file.to_str().unwrap();
+    // `xtask` points DOCKER_HOST at a socket that does not exist.
+    let out = xtask(dir.path(), &["--config", config, "dev", "down"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("cannot reach the Docker engine at unix:///nonexistent/docker.sock"),
+        "{}",
+        text(&out)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .args(["--config", config, "dev", "down"])
+        .env("DOCKER_HOST", "tcp://127.0.0.1:2375")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("`DOCKER_HOST=tcp://127.0.0.1:2375` is not a unix socket"),
+        "{}",
+        text(&out)
+    );
+}
