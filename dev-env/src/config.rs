@@ -215,6 +215,9 @@ pub struct Rollout {
     pub name: String,
     /// The container whose image is the component's.
     pub container: String,
+    /// Rollout waits hold until old pods are gone, not only terminating
+    /// (`rollout.waitForTermination`).
+    pub wait_for_termination: bool,
 }
 
 /// One thing wrong with the file, where it is, and how to fix it.

@@ -79,6 +79,9 @@ pub struct Outcome {
     /// The Ready pods that run it.
     pub pods: Vec<String>,
     pub wait_ms: u64,
+    /// Pods of older ReplicaSets still terminating when the wait ended.
+    #[serde(default)]
+    pub terminating: usize,
     pub elapsed_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -95,6 +98,7 @@ impl Outcome {
             rolled_out: false,
             pods: Vec::new(),
             wait_ms: 0,
+            terminating: 0,
             elapsed_ms: 0,
             error: None,
         }
@@ -107,6 +111,16 @@ pub struct PushFlags {
     pub rollout: bool,
     pub timeout: Duration,
     pub verbose: bool,
+    /// Hold each wait until old pods are gone, not only terminating.
+    pub wait_for_termination: bool,
+}
+
+/// How `reload` runs.
+#[derive(Debug, Clone, Copy)]
+pub struct ReloadFlags {
+    pub timeout: Duration,
+    /// Hold each wait until old pods are gone, not only terminating.
+    pub wait_for_termination: bool,
 }
 
 /// A client for the cluster of `config`: the node's `kubeconfig.host`, or
@@ -195,7 +209,7 @@ pub async fn push(
         outcomes.push(outcome);
     }
     if flags.rollout && !pushed.is_empty() {
-        roll_pushed(config, &pushed, &mut outcomes, flags.timeout, reporter).await;
+        roll_pushed(config, &pushed, &mut outcomes, flags, reporter).await;
     }
     for outcome in &mut outcomes {
         outcome.elapsed_ms = started.elapsed().as_millis() as u64;
@@ -209,7 +223,7 @@ async fn roll_pushed(
     config: &Config,
     pushed: &[(usize, Pushed)],
     outcomes: &mut [Outcome],
-    timeout: Duration,
+    flags: PushFlags,
     reporter: &dyn Reporter,
 ) {
     let client = match cluster_client(config).await {
@@ -226,7 +240,7 @@ async fn roll_pushed(
     let rolling = Rolling {
         client: &client,
         config,
-        options: &wait_options(config, timeout).await,
+        options: &wait_options(config, flags.timeout).await,
         reporter,
     };
     let rolls = pushed.iter().map(|(i, p)| {
@@ -236,6 +250,7 @@ async fn roll_pushed(
             image: outcomes[*i].image.clone(),
             digest: Some(p.digest.clone()),
             restart: false,
+            wait_for_termination: flags.wait_for_termination,
         };
         rolling.roll_and_wait(request)
     });
@@ -250,9 +265,10 @@ async fn roll_pushed(
 pub async fn reload(
     config: &Config,
     components: &[String],
-    timeout: Duration,
+    flags: ReloadFlags,
     reporter: &dyn Reporter,
 ) -> Result<Vec<Outcome>, Error> {
+    let timeout = flags.timeout;
     let started = Instant::now();
     for name in components {
         config.component(name)?;
@@ -288,6 +304,7 @@ pub async fn reload(
             image: None,
             digest: state.images.get(name).map(|p| p.digest.clone()),
             restart: true,
+            wait_for_termination: flags.wait_for_termination,
         };
         rolling.roll_and_wait(request)
     });
@@ -310,6 +327,7 @@ struct Settled {
     patched: bool,
     pods: Vec<String>,
     wait: Duration,
+    terminating: usize,
 }
 
 /// Why one component's roll failed: the rollout's own error, or the node
@@ -328,6 +346,7 @@ fn merge(outcome: &mut Outcome, result: Result<Settled, RollError>) {
             outcome.rolled_out = r.patched;
             outcome.pods = r.pods;
             outcome.wait_ms = r.wait.as_millis() as u64;
+            outcome.terminating = r.terminating;
         }
         Err(e) => outcome.error = Some(crate::error_chain(&e)),
     }
@@ -344,6 +363,8 @@ struct Rolling<'a> {
 /// One component to roll: to `image` (or keeping its image), waiting for
 /// `digest`, restarting it when `restart`.
 struct Roll<'a> {
+    /// Hold the wait until old pods are gone.
+    wait_for_termination: bool,
     component: &'a str,
     /// The component as the config declares it.
     spec: &'a crate::config::Component,
@@ -384,6 +405,7 @@ impl Rolling<'_> {
             image: roll.image.as_deref(),
             digest: roll.digest.as_deref(),
             restart: roll.restart,
+            wait_for_termination: roll.wait_for_termination,
         };
         let rolled = rollout::roll(client, roll.spec, change, options.timeout).await?;
         let detail = if rolled.patched {
@@ -398,6 +420,7 @@ impl Rolling<'_> {
             patched: rolled.patched,
             pods: done.pods,
             wait: wait_started.elapsed(),
+            terminating: done.terminating.len(),
         })
     }
 }
@@ -428,6 +451,9 @@ impl std::fmt::Display for Outcome {
                 o.pods.len(),
                 o.wait_ms as f64 / 1000.0
             ));
+        }
+        if o.terminating > 0 {
+            parts.push(format!("{} old pod(s) still terminating", o.terminating));
         }
         parts.push(format!("{:.1}s", o.elapsed_ms as f64 / 1000.0));
         f.write_str(&parts.join("  "))

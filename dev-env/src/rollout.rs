@@ -24,7 +24,7 @@ use crate::{
     config::{Component, RolloutKind},
     wait::{
         self, Step,
-        workload::{self, PoolGoal, WaitOptions, Want},
+        workload::{self, PoolGoal, Termination, WaitOptions, Want},
     },
 };
 
@@ -104,13 +104,20 @@ pub async fn roll(
         image,
         digest,
         restart,
+        wait_for_termination,
     } = change;
-    match component.rollout.kind {
-        RolloutKind::Deployment => roll_deployment(client, component, image, digest, restart).await,
-        RolloutKind::WorkerPool => {
-            roll_pool(client, component, image, digest, restart, timeout).await
+    let mut roll = match component.rollout.kind {
+        RolloutKind::Deployment => {
+            roll_deployment(client, component, image, digest, restart).await?
         }
+        RolloutKind::WorkerPool => {
+            roll_pool(client, component, image, digest, restart, timeout).await?
+        }
+    };
+    if wait_for_termination || component.rollout.wait_for_termination {
+        roll.want.termination = Termination::Gone;
     }
+    Ok(roll)
 }
 
 /// What a roll asks of a component's workload.
@@ -122,6 +129,8 @@ pub struct Change<'a> {
     pub digest: Option<&'a str>,
     /// Restart the pods even when nothing else changes.
     pub restart: bool,
+    /// Hold the wait until old pods are gone, not only terminating.
+    pub wait_for_termination: bool,
 }
 
 /// Runs the wait of a roll to its end.
@@ -197,6 +206,7 @@ async fn roll_deployment(
         deployment: r.name.clone(),
         container: r.container.clone(),
         digest: digest.map(str::to_string),
+        ..Want::default()
     };
     let image_changes = image.is_some_and(|i| container.image.as_deref() != Some(i));
     if !image_changes && !restart {
@@ -283,6 +293,7 @@ async fn roll_pool(
         deployment,
         container: r.container.clone(),
         digest: digest.map(str::to_string),
+        ..Want::default()
     };
     Ok(Roll {
         patched,

@@ -328,6 +328,7 @@ async fn component_status(
                 deployment: r.name.clone(),
                 container: r.container.clone(),
                 digest: status.pushed_digest.clone(),
+                ..Want::default()
             };
             if let Err(e) = inspect_component(client, r.kind, want, &mut status).await {
                 status.message = e.to_string();

@@ -20,6 +20,11 @@ use xshell::{Shell, cmd};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 
+const RELOAD: deliver::ReloadFlags = deliver::ReloadFlags {
+    timeout: TIMEOUT,
+    wait_for_termination: false,
+};
+
 const STUCK: &str = "apiVersion: apps/v1
 kind: Deployment
 metadata: {name: stuck, namespace: faults}
@@ -69,6 +74,7 @@ fn want() -> Want {
         deployment: String::from("stuck"),
         container: String::from("app"),
         digest: None,
+        ..Want::default()
     }
 }
 
@@ -177,7 +183,7 @@ fn a_node_killed_during_a_wait_ends_it_at_once_and_later_commands_say_why() {
             Err(e) => e.to_string(),
         };
         assert_eq!(later, expected);
-        let reloaded = deliver::reload(&config, &[], TIMEOUT, &Stderr)
+        let reloaded = deliver::reload(&config, &[], RELOAD, &Stderr)
             .await
             .expect_err("reload needs the API");
         assert_eq!(reloaded.to_string(), expected);

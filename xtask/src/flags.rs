@@ -136,6 +136,10 @@ pub struct PushImage {
     /// Print a JSON summary instead of text
     #[arg(long)]
     pub json: bool,
+    /// Wait until the old pods are gone, not only terminating (old pods
+    /// that are terminating already get no traffic)
+    #[arg(long)]
+    pub wait_for_termination: bool,
 }
 
 #[derive(Debug, Args)]
@@ -149,6 +153,10 @@ pub struct Reload {
     /// Print a JSON summary instead of text
     #[arg(long)]
     pub json: bool,
+    /// Wait until the old pods are gone, not only terminating (old pods
+    /// that are terminating already get no traffic)
+    #[arg(long)]
+    pub wait_for_termination: bool,
 }
 
 #[derive(Debug, Args)]

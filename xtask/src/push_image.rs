@@ -18,6 +18,7 @@ impl flags::PushImage {
             rollout: !self.no_rollout,
             timeout: self.timeout,
             verbose: ctx.verbose,
+            wait_for_termination: self.wait_for_termination,
         };
         let bars = ctx.reporter(self.json);
         let outcomes = ctx

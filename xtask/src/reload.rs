@@ -21,7 +21,15 @@ impl flags::Reload {
         };
         let bars = ctx.reporter(self.json);
         let outcomes = ctx
-            .block_on(deliver::reload(&config, &components, self.timeout, &bars))?
+            .block_on(deliver::reload(
+                &config,
+                &components,
+                deliver::ReloadFlags {
+                    timeout: self.timeout,
+                    wait_for_termination: self.wait_for_termination,
+                },
+                &bars,
+            ))?
             .context("reload")?;
         bars.finish();
         report(ctx, &outcomes, self.json)

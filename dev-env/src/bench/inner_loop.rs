@@ -173,6 +173,7 @@ impl Bench {
             rollout: true,
             timeout: LOOP_TIMEOUT,
             verbose: false,
+            wait_for_termination: false,
         };
         let components = [String::from("app")];
         let outcome = deliver::push(&self.config, &components, flags, &Silent)

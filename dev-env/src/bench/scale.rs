@@ -255,6 +255,7 @@ async fn wait_all(client: &Client, names: &[String]) -> Result<(), Error> {
             deployment: name.clone(),
             container: String::from("app"),
             digest: None,
+            ..Want::default()
         };
         async move { workload::deployment(client, &want, &WaitOptions::new(timeout)).await }
     });

@@ -358,6 +358,7 @@ impl Check<'_> {
         let rollout = match raw.rollout {
             Some(r) => Rollout {
                 kind: r.kind,
+                wait_for_termination: r.wait_for_termination.unwrap_or(false),
                 namespace: self.dns_label(
                     &format!("{rollout_key}.namespace"),
                     &r.namespace.unwrap_or_else(|| "default".into()),
@@ -378,6 +379,7 @@ impl Check<'_> {
                     namespace: String::new(),
                     name: String::new(),
                     container: String::new(),
+                    wait_for_termination: false,
                 }
             }
         };

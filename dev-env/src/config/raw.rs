@@ -167,6 +167,7 @@ pub(super) struct RawRollout {
     pub(super) namespace: Option<String>,
     pub(super) name: Option<String>,
     pub(super) container: Option<String>,
+    pub(super) wait_for_termination: Option<bool>,
 }
 
 /// The problem of a key declared twice in one map, at the second one.

@@ -420,3 +420,16 @@ fn k3s_components_and_the_pod_start_grace_are_checked() {
     let found = problems("name: a\ncluster: {podStartGrace: 0s}\n");
     assert!(found[0].message.contains("zero"), "{found:?}");
 }
+
+#[test]
+fn a_component_can_ask_its_rollouts_to_wait_for_old_pods_to_go() {
+    let dir = workspace(&[]);
+    std::fs::write(dir.path().join("Dockerfile"), "FROM scratch\n").unwrap();
+    let config = parse_in(
+        &dir,
+        "name: a\ncomponents:\n  w:\n    image: w\n    build: {docker: {context: ., dockerfile: Dockerfile}}\n    rollout: {kind: Deployment, waitForTermination: true}\n  v:\n    image: v\n    build: {docker: {context: ., dockerfile: Dockerfile}}\n    rollout: {kind: Deployment}\n",
+    )
+    .unwrap();
+    assert!(config.components["w"].rollout.wait_for_termination);
+    assert!(!config.components["v"].rollout.wait_for_termination);
+}

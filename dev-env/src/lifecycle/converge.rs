@@ -100,6 +100,7 @@ fn other_deployments<'a>(
                 deployment: m.name.clone(),
                 container: String::new(),
                 digest: None,
+                ..Want::default()
             })
         })
 }

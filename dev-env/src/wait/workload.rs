@@ -5,7 +5,8 @@
 //! - kubectl's rule: `observedGeneration >= generation`, no
 //!   `ProgressDeadlineExceeded`, `updatedReplicas >= spec.replicas`,
 //!   `replicas <= updatedReplicas`, `availableReplicas >= updatedReplicas`;
-//! - no pod of an older ReplicaSet is left, not even a terminating one;
+//! - no pod of an older ReplicaSet is Ready without a `deletionTimestamp`
+//!   (with [`Termination::Gone`], none is left at all);
 //! - the new ReplicaSet (the one whose revision is the Deployment's) has at
 //!   least `spec.replicas` Ready, non-terminating pods, and each reports the
 //!   wanted digest in the named container's `imageID` (digest part only).
@@ -160,7 +161,7 @@ impl WaitOptions {
 }
 
 /// What to wait for.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Want {
     pub namespace: String,
     /// The Deployment's name.
@@ -170,6 +171,20 @@ pub struct Want {
     /// `sha256:<hex>` every new pod must run; `None` waits for the rollout
     /// only (a restart).
     pub digest: Option<String>,
+    /// Whether old pods that are terminating still hold the wait.
+    pub termination: Termination,
+}
+
+/// What the wait asks of the old ReplicaSets' pods.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Termination {
+    /// Done once none of them is Ready without a `deletionTimestamp`: a
+    /// terminating pod has left the Service's endpoints and gets no new
+    /// traffic, as `kubectl rollout status` has it.
+    #[default]
+    Serving,
+    /// Done only once they are all gone (`--wait-for-termination`).
+    Gone,
 }
 
 /// How the wait ended.
@@ -181,6 +196,8 @@ pub struct Done {
     pub at: Instant,
     /// The latest `Ready` transition among those pods, as the API reported it.
     pub last_ready: Option<String>,
+    /// Pods of older ReplicaSets still terminating when the wait ended.
+    pub terminating: Vec<String>,
 }
 
 /// Waits for the Deployment of `want` to complete with `want.digest`.
@@ -237,11 +254,16 @@ pub async fn deployment(
         let verdict = evaluate(&deploy, &replica_sets, &pods, want);
         w.last = verdict.to_string();
         match verdict {
-            Verdict::Done { pods, last_ready } => {
+            Verdict::Done {
+                pods,
+                last_ready,
+                terminating,
+            } => {
                 return Ok(Done {
                     pods,
                     at: Instant::now(),
                     last_ready,
+                    terminating,
                 });
             }
             Verdict::Pending(_) => {
@@ -333,6 +355,8 @@ pub enum Verdict {
     Done {
         pods: Vec<String>,
         last_ready: Option<String>,
+        /// Old pods still terminating.
+        terminating: Vec<String>,
     },
     Pending(String),
     ProgressDeadline(String),
@@ -420,26 +444,53 @@ pub fn evaluate(
             detail.join("; ")
         ));
     }
-    // Old pods count as gone for kubectl once they terminate; the pushed
-    // code is the only code running only once they have stopped.
-    let mut old: Vec<String> = pods
-        .iter()
-        .filter(|p| p.labels().get("pod-template-hash") != Some(&hash))
-        .map(|p| p.name_any())
-        .collect();
-    if !old.is_empty() {
-        old.sort();
+    let (serving, terminating) = old_pods(&hash, pods);
+    if !serving.is_empty() {
         return Verdict::Pending(format!(
-            "{name}: {} old pod(s) still terminating: {}",
-            old.len(),
-            old.join(", ")
+            "{name}: {} old pod(s) still Ready and not terminating: {}",
+            serving.len(),
+            serving.join(", ")
         ));
     }
-
+    if want.termination == Termination::Gone && !terminating.is_empty() {
+        return Verdict::Pending(format!(
+            "{name}: {} old pod(s) still terminating: {}",
+            terminating.len(),
+            terminating.join(", ")
+        ));
+    }
     Verdict::Done {
         pods: ready,
         last_ready,
+        terminating,
     }
+}
+
+/// The pods of older ReplicaSets (not of template `hash`), by name: those
+/// still Ready without a `deletionTimestamp` (still serving), and those
+/// terminating. Pods neither Ready nor terminating serve nothing.
+fn old_pods(hash: &str, pods: &[std::sync::Arc<Pod>]) -> (Vec<String>, Vec<String>) {
+    let old = pods
+        .iter()
+        .filter(|p| p.labels().get("pod-template-hash").map(String::as_str) != Some(hash));
+    let (mut serving, mut terminating) = (Vec::new(), Vec::new());
+    for pod in old {
+        if pod.metadata.deletion_timestamp.is_some() {
+            terminating.push(pod.name_any());
+        } else if is_ready(pod) {
+            serving.push(pod.name_any());
+        }
+    }
+    serving.sort();
+    terminating.sort();
+    (serving, terminating)
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 /// The first container of `new_pods` waiting on a reason in

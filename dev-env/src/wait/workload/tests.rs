@@ -15,6 +15,7 @@ fn want(digest: Option<&str>) -> Want {
         deployment: String::from("web"),
         container: String::from("app"),
         digest: digest.map(str::to_string),
+        ..Want::default()
     }
 }
 
@@ -132,19 +133,42 @@ fn done_needs_every_ready_new_pod_on_the_digest_and_no_old_pod_left() {
         &format!("docker.io/library/web@{DIGEST}"),
         false,
     );
-    // Ready with the digest, but an old pod still runs: not yet.
-    let verdict = evaluate(&deploy, &rs, &pods, &want(Some(DIGEST)));
-    assert!(
-        matches!(&verdict, Verdict::Pending(m) if m.contains("1 old pod(s) still terminating: c")),
-        "{verdict}"
-    );
-    pods.pop();
+    // Ready with the digest; the old pod is terminating, so it gets no
+    // new traffic: done, and the old pod is named.
     let verdict = evaluate(&deploy, &rs, &pods, &want(Some(DIGEST)));
     assert_eq!(
         verdict,
         Verdict::Done {
             pods: vec![String::from("a"), String::from("b")],
-            last_ready: Some(String::from("2026-11-29T15:00:00Z"))
+            last_ready: Some(String::from("2026-11-29T15:00:00Z")),
+            terminating: vec![String::from("c")],
+        }
+    );
+    // Waiting for termination: not yet.
+    let gone = Want {
+        termination: Termination::Gone,
+        ..want(Some(DIGEST))
+    };
+    let verdict = evaluate(&deploy, &rs, &pods, &gone);
+    assert!(
+        matches!(&verdict, Verdict::Pending(m) if m.contains("1 old pod(s) still terminating: c")),
+        "{verdict}"
+    );
+    // An old pod Ready and not terminating still serves: not yet either way.
+    pods[2] = pod("c", "old", true, &image(OLD), false);
+    let verdict = evaluate(&deploy, &rs, &pods, &want(Some(DIGEST)));
+    assert!(
+        matches!(&verdict, Verdict::Pending(m) if m.contains("1 old pod(s) still Ready and not terminating: c")),
+        "{verdict}"
+    );
+    pods.pop();
+    let verdict = evaluate(&deploy, &rs, &pods, &gone);
+    assert_eq!(
+        verdict,
+        Verdict::Done {
+            pods: vec![String::from("a"), String::from("b")],
+            last_ready: Some(String::from("2026-11-29T15:00:00Z")),
+            terminating: Vec::new(),
         }
     );
     // A restart waits for the rollout only.
