@@ -328,7 +328,11 @@ async fn component_status(
                 deployment: r.name.clone(),
                 container: r.container.clone(),
                 digest: status.pushed_digest.clone(),
-                ..Want::default()
+                termination: if r.wait_for_termination {
+                    workload::Termination::Gone
+                } else {
+                    workload::Termination::Serving
+                },
             };
             if let Err(e) = inspect_component(client, r.kind, want, &mut status).await {
                 status.message = e.to_string();
