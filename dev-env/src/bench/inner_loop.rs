@@ -284,50 +284,46 @@ impl Hand {
     }
 }
 
-/// Resolves when an independent watch first sees only Ready pods of one
-/// template hash matching `selector` (the rollout done), with the instant.
+/// Resolves when an independent watch first sees the rollout done by the
+/// wait's own rule, with the instant: two Ready pods of the new template
+/// hash, and no pod of the old one Ready without a `deletionTimestamp`.
 fn observe_rollout(
     client: Client,
     namespace: &str,
     selector: &str,
 ) -> tokio::task::JoinHandle<Instant> {
     use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Pod;
     use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client, namespace);
+    fn hash(pod: &Pod) -> Option<&String> {
+        pod.metadata.labels.as_ref()?.get("pod-template-hash")
+    }
+    fn serving(pod: &Pod) -> bool {
+        pod.metadata.deletion_timestamp.is_none()
+            && pod
+                .status
+                .iter()
+                .flat_map(|s| s.container_statuses.iter().flatten())
+                .all(|c| c.ready)
+    }
+    let pods: Api<Pod> = Api::namespaced(client, namespace);
     let config = watcher::Config::default().labels(selector);
     tokio::spawn(async move {
         let (reader, writer) = reflector::store();
         let mut events = reflector::reflector(writer, watcher(pods, config))
             .default_backoff()
             .boxed();
-        let mut seen_other = false;
-        let mut first_hash: Option<String> = None;
+        let mut old_hash: Option<String> = None;
         while events.next().await.is_some() {
             let pods = reader.state();
-            let hashes: std::collections::BTreeSet<_> = pods
-                .iter()
-                .filter_map(|p| {
-                    p.metadata
-                        .labels
-                        .as_ref()?
-                        .get("pod-template-hash")
-                        .cloned()
-                })
-                .collect();
-            if first_hash.is_none() {
-                first_hash = hashes.iter().next().cloned();
+            if old_hash.is_none() {
+                old_hash = pods.iter().find_map(|p| hash(p).cloned());
             }
-            seen_other |= hashes.iter().any(|h| Some(h) != first_hash.as_ref());
-            let ready = pods.len() == 2
-                && hashes.len() == 1
-                && pods.iter().all(|p| {
-                    p.status
-                        .iter()
-                        .flat_map(|s| s.container_statuses.iter().flatten())
-                        .all(|c| c.ready)
-                });
-            if seen_other && ready {
+            let is_new = |p: &Pod| hash(p).is_some() && hash(p) != old_hash.as_ref();
+            let new_ready = pods.iter().filter(|p| is_new(p) && serving(p)).count();
+            let old_serving = pods.iter().any(|p| !is_new(p) && serving(p));
+            if new_ready == 2 && !old_serving {
                 return Instant::now();
             }
         }
