@@ -105,6 +105,20 @@ fn step(what: &str) -> Step<'_> {
 /// A child process killed when dropped.
 struct Process(Child);
 
+impl Process {
+    /// Starts `command` in the background with no stdio; a failure to start
+    /// is an error of step `step`.
+    fn spawn(command: xshell::Cmd<'_>, step: Step<'_>) -> Result<Process, Error> {
+        let mut command: std::process::Command = command.into();
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        Ok(Process(child.map_err(|e| step.of(e))?))
+    }
+}
+
 impl Drop for Process {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -130,14 +144,7 @@ async fn start_registry(dir: &Path) -> Result<(Process, String), Error> {
         .await
         .map_err(|e| fail.of(e))?;
     let sh = Shell::new().map_err(|e| fail.of(e))?;
-    let mut command: std::process::Command =
-        cmd!(sh, "{DISTRIBUTION_BINARY} serve {config}").into();
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    let process = Process(child.map_err(|e| fail.of(e))?);
+    let process = Process::spawn(cmd!(sh, "{DISTRIBUTION_BINARY} serve {config}"), fail)?;
     let deadline = Instant::now() + Duration::from_secs(15);
     while tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await

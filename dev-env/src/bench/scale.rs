@@ -3,7 +3,6 @@
 
 use std::{
     path::Path,
-    process::Stdio,
     time::{Duration, Instant},
 };
 
@@ -184,14 +183,13 @@ async fn start_sim(binary: &Path, dir: &Path, host: &str) -> Result<(Process, Cl
     let kubeconfig = dir.join("kubeconfig");
     let start = step("starting kube-sim");
     let sh = Shell::new().map_err(|e| start.of(e))?;
-    let mut command: std::process::Command =
-        cmd!(sh, "{binary} serve --listen 127.0.0.1:0 --kubeconfig-out {kubeconfig} --registries {registries}").into();
-    let child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn();
-    let sim = Process(child.map_err(|e| start.of(e))?);
+    let sim = Process::spawn(
+        cmd!(
+            sh,
+            "{binary} serve --listen 127.0.0.1:0 --kubeconfig-out {kubeconfig} --registries {registries}"
+        ),
+        start,
+    )?;
     let deadline = Instant::now() + Duration::from_secs(30);
     while !tokio::fs::try_exists(&kubeconfig).await.unwrap_or(false) {
         if Instant::now() > deadline {
