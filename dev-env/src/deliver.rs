@@ -50,17 +50,6 @@ fn tell(reporter: &dyn Reporter, component: &str, phase: Phase, detail: &str) {
     });
 }
 
-/// Holds the environment's lock for a `push` or `reload`.
-async fn lock(config: &Config, reporter: &dyn Reporter) -> Result<lock::Lock, lock::Error> {
-    lock::environment(config, &|w| {
-        reporter.report(&Event::WaitingForLock {
-            env: w.env.clone(),
-            holder: w.holder,
-        })
-    })
-    .await
-}
-
 /// What happened to one component.
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -167,7 +156,7 @@ pub async fn push(
     for name in components {
         config.component(name)?;
     }
-    let _lock = lock(config, reporter).await?;
+    let _lock = lock::environment(config, reporter).await?;
     let state = State::load(&config.state_dir())?;
     let registry = distribution::Client::new(&registry::host(config, &state)?);
     for name in components {
@@ -274,7 +263,7 @@ pub async fn reload(
         config.component(name)?;
     }
     let manifests = manifest::load(&config.manifests)?;
-    let _lock = lock(config, reporter).await?;
+    let _lock = lock::environment(config, reporter).await?;
     let state = State::load(&config.state_dir())?;
     let client = cluster_client(config).await?;
     let applied = apply::apply_all(

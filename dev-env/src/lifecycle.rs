@@ -188,40 +188,35 @@ pub async fn drift(docker: &Docker, config: &Config) -> Result<Vec<Drift>, Error
     }
     if config.registry.external.is_none() {
         let spec = plan::registry_spec(config);
-        if let Some(existing) = inspect_container(docker, &spec.container).await?
-            && !docker::never_started(&existing)
-        {
-            let labels = existing.config.and_then(|c| c.labels).unwrap_or_default();
-            if let Ownership::Drifted(d) =
-                plan::drift_from_labels(&labels, Object::Registry, &spec.container, &spec)
-            {
-                drifts.push(d);
-            }
-        }
+        drifts.extend(container_drift(docker, Object::Registry, &spec.container, &spec).await?);
     }
     if config.cluster.provider != Provider::Existing {
-        let spec = plan::node_spec(config, registry_port(config, &state));
-        // A container created but never started is incomplete, not
-        // drifted: `up` makes it again.
-        if let Some(existing) = inspect_container(docker, &spec.container).await?
-            && !docker::never_started(&existing)
-        {
-            let labels = existing.config.and_then(|c| c.labels).unwrap_or_default();
-            if let Ownership::Drifted(d) =
-                plan::drift_from_labels(&labels, Object::Node, &spec.container, &spec)
-            {
-                drifts.push(d);
-            }
-        }
+        let spec = plan::node_spec(config, plan::registry_port(config, &state));
+        drifts.extend(container_drift(docker, Object::Node, &spec.container, &spec).await?);
     }
     Ok(drifts)
 }
 
-fn registry_port(config: &Config, state: &State) -> Option<u16> {
-    match config.registry.host_port {
-        0 => state.registry_port,
-        port => Some(port),
+/// How the existing container `name` differs from `spec`. A container
+/// created but never started is incomplete, not drifted: `up` makes it
+/// again.
+async fn container_drift<T: serde::Serialize>(
+    docker: &Docker,
+    object: Object,
+    name: &str,
+    spec: &T,
+) -> Result<Option<Drift>, Error> {
+    let Some(existing) = inspect_container(docker, name).await? else {
+        return Ok(None);
+    };
+    if docker::never_started(&existing) {
+        return Ok(None);
     }
+    let labels = existing.config.and_then(|c| c.labels).unwrap_or_default();
+    Ok(match plan::drift_from_labels(&labels, object, name, spec) {
+        Ownership::Drifted(d) => Some(d),
+        Ownership::NotOurs | Ownership::Matches => None,
+    })
 }
 
 /// Brings the environment to the declared state and returns once every
@@ -238,7 +233,7 @@ pub async fn up(
     // Read-only checks first: a refused run leaves not even a lock file.
     ownership::check(&docker, config).await?;
     crate::preflight::check(&docker, config).await?;
-    let _lock = lock::environment(config, &|w| reporter.report(&waiting(w))).await?;
+    let _lock = lock::environment(config, reporter).await?;
 
     let drifts = drift(&docker, config).await?;
     if !drifts.is_empty() && !options.recreate {
@@ -386,7 +381,7 @@ async fn ensure_cluster(
     }
     let dir = config.state_dir();
     let mut state = State::load(&dir)?;
-    let spec = plan::node_spec(config, registry_port(config, &state));
+    let spec = plan::node_spec(config, plan::registry_port(config, &state));
     let (outcome, node) =
         cluster::ensure(docker, config, &spec, &mut state, options.recreate).await?;
     State::update(&dir, |now| {
@@ -515,13 +510,5 @@ fn registry_step(action: &registry::Action) -> Step {
         registry::Action::Reused => Step::Unchanged,
         registry::Action::Started => Step::Started,
         registry::Action::Created { .. } => Step::Created,
-    }
-}
-
-/// The event of a lock that another run holds.
-fn waiting(w: &lock::Waiting) -> Event {
-    Event::WaitingForLock {
-        env: w.env.clone(),
-        holder: w.holder,
     }
 }

@@ -59,17 +59,6 @@ pub struct Waiting {
     pub holder: Option<u32>,
 }
 
-impl std::fmt::Display for Waiting {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "waiting for another dev-env run on {} ({})",
-            self.env,
-            holder_text(self.holder)
-        )
-    }
-}
-
 /// The held lock; released on drop (or when the process ends).
 #[derive(Debug)]
 pub struct Lock {
@@ -77,12 +66,19 @@ pub struct Lock {
 }
 
 /// Takes the lock of the environment of `config`, waiting for another
-/// holder up to [`DEFAULT_TIMEOUT`].
+/// holder up to [`DEFAULT_TIMEOUT`] and telling `reporter` once if it has
+/// to.
 pub async fn environment(
     config: &crate::config::Config,
-    waiting: &(dyn Fn(&Waiting) + Sync),
+    reporter: &dyn crate::report::Reporter,
 ) -> Result<Lock, Error> {
-    acquire(&config.state_dir(), &config.name, DEFAULT_TIMEOUT, waiting).await
+    let waiting = |w: &Waiting| {
+        reporter.report(&crate::report::Event::WaitingForLock {
+            env: w.env.clone(),
+            holder: w.holder,
+        })
+    };
+    acquire(&config.state_dir(), &config.name, DEFAULT_TIMEOUT, &waiting).await
 }
 
 /// Takes the lock of environment `env` whose state lives in `state_dir`,

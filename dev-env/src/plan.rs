@@ -113,12 +113,18 @@ pub struct Plan {
     pub config: Config,
 }
 
+/// The registry's host port as known now: declared, or the one picked
+/// earlier and kept in the state.
+pub fn registry_port(config: &Config, state: &State) -> Option<u16> {
+    match config.registry.host_port {
+        0 => state.registry_port,
+        port => Some(port),
+    }
+}
+
 impl Plan {
     pub fn new(config: &Config, state: &State, manifests: Vec<Manifest>) -> Plan {
-        let registry_port = match config.registry.host_port {
-            0 => state.registry_port,
-            port => Some(port),
-        };
+        let registry_port = registry_port(config, state);
         Plan {
             name: config.name.clone(),
             network: network_spec(config),

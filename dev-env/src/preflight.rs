@@ -14,7 +14,7 @@ use bollard::{
 use ipnet::IpNet;
 
 use crate::{
-    config::{Config, Provider},
+    config::Config,
     docker::{self, LABEL_NAME, inspect_container},
 };
 
@@ -54,7 +54,7 @@ pub enum Error {
 /// Runs every check; all conflicts found are reported together.
 pub async fn check(docker: &Docker, config: &Config) -> Result<(), Error> {
     let mut errors = Vec::new();
-    if needs_network(config) {
+    if crate::plan::needs_network(config) {
         let networks = docker
             .list_networks(None)
             .await
@@ -69,11 +69,6 @@ pub async fn check(docker: &Docker, config: &Config) -> Result<(), Error> {
         1 => Err(errors.remove(0)),
         _ => Err(Error::Several { errors }),
     }
-}
-
-/// No network is created for a cluster elsewhere with a registry elsewhere.
-fn needs_network(config: &Config) -> bool {
-    !(config.cluster.provider == Provider::Existing && config.registry.external.is_some())
 }
 
 /// The declared subnets against every network but the environment's own
@@ -250,7 +245,7 @@ mod tests {
         let elsewhere = parse(
             "name: a\nregistry: {external: 'localhost:5000'}\ncluster: {provider: existing, context: c}\n",
         );
-        assert!(!needs_network(&elsewhere));
-        assert!(needs_network(&parse("name: a\n")));
+        assert!(!crate::plan::needs_network(&elsewhere));
+        assert!(crate::plan::needs_network(&parse("name: a\n")));
     }
 }

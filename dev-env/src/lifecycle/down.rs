@@ -54,7 +54,7 @@ pub async fn down(
     reporter: &dyn Reporter,
 ) -> Result<DownReport, Error> {
     let docker = docker::connect().await?;
-    let _lock = lock::environment(config, &|w| reporter.report(&super::waiting(w))).await?;
+    let _lock = lock::environment(config, reporter).await?;
     ownership::check(&docker, config).await?;
     let mut report = DownReport {
         name: config.name.clone(),
