@@ -7,14 +7,14 @@
 //!
 //! - Addressing: a resource is a [`GroupResource`] (`GroupResource::pods()`, `GroupResource::of::<Deployment>()`,
 //!   `GroupResource::new("apps", "replicasets")`); namespaced resources take `Some(namespace)`, cluster-scoped
-//!   ones `None`. Objects are `serde_json::Value`s in their wire form; [`Store::get_as`] and friends convert
-//!   to `k8s-openapi` types.
+//!   ones `None`. Objects are `serde_json::Value`s in their wire form; [`Store::get_as`] converts
+//!   to a `k8s-openapi` type.
 //! - Reads: [`Store::get`], [`Store::list`] (with [`ListOptions`] for label and field selectors; the result
 //!   carries the list `resourceVersion`).
-//! - Writes: [`Store::create`], [`Store::update`] (the main resource: `status` is kept from the stored object
-//!   when a status subresource exists), [`Store::update_status`] (only `status`, plus annotations for built-in
-//!   types), [`Store::patch`] (apply, strategic merge, JSON merge and JSON patch, optionally on `status`),
-//!   [`Store::delete`]. Every write takes a field manager in [`WriteOptions`] or [`PatchOptions`].
+//! - Writes: [`Store::create`], [`Store::update`] through an [`Endpoint`] (`Main`: `status` is kept from the
+//!   stored object when a status subresource exists; `Status`: only `status`, plus annotations for built-in
+//!   types), [`Store::patch`] (apply, strategic merge, JSON merge and JSON patch, optionally on `status`;
+//!   [`Patched`] says whether an apply created the object), [`Store::delete`]. Every write takes a field manager in [`WriteOptions`] or [`PatchOptions`].
 //!   A `resourceVersion` in the body of an update is a precondition (409 `Conflict` when stale); a write that
 //!   changes nothing returns the stored object with its old `resourceVersion` and emits no event.
 //! - Deletion: [`Store::delete`] returns [`Deleted::Gone`] when the object is removed, or
@@ -35,7 +35,6 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -61,6 +60,8 @@ pub use options::{
     DeleteOptions, Deleted, FieldValidation, ListOptions, LogOptions, LogStream, ObjectList, Patch,
     PatchOptions, PodLogs, StoreConfig, WriteOptions,
 };
+pub use patch::Patched;
+pub use update::Endpoint;
 
 type Key = (String, String);
 
@@ -198,14 +199,11 @@ impl Store {
         &self,
         namespace: &str,
         name: &str,
-        container: Option<&str>,
         options: &LogOptions,
     ) -> Result<Option<LogStream>> {
         let pod = self.get(&GroupResource::pods(), Some(namespace), name)?;
         let source = self.shared.logs.read_unpoisoned().clone();
-        source
-            .and_then(|s| s.stream(&pod, container, options))
-            .transpose()
+        source.and_then(|s| s.stream(&pod, options)).transpose()
     }
 
     /// Adds a bearer token that authenticates as `user` (for example `system:serviceaccount:default:default`).
@@ -315,10 +313,6 @@ fn set_rv(obj: &mut Value, rv: u64) {
 fn from_value<K: DeserializeOwned>(v: Value) -> Result<K> {
     serde_json::from_value(v)
         .map_err(|e| Error::BadRequest(format!("decoding the stored object: {e}")))
-}
-
-fn to_value<K: Serialize>(obj: &K) -> Result<Value> {
-    serde_json::to_value(obj).map_err(|e| Error::BadRequest(format!("encoding the object: {e}")))
 }
 
 #[cfg(test)]

@@ -40,7 +40,42 @@ struct Column {
     priority: i64,
 }
 
-fn col(name: &str, kind: &str, priority: i64) -> Column {
+/// The columns kubectl shows for a built-in type, `|`-separated: a name ending in `#` is an integer, in `@` a
+/// date, and one ending in `*` is shown only with `-o wide` (priority 1); the rest are strings.
+fn built_in_columns(group: &str, plural: &str) -> &'static str {
+    match (group, plural) {
+        ("", "pods") => "Name|Ready|Status|Restarts|Age|IP*|Node*",
+        ("apps", "deployments") => {
+            "Name|Ready|Up-to-date#|Available#|Age|Containers*|Images*|Selector*"
+        }
+        ("apps", "replicasets") => {
+            "Name|Desired#|Current#|Ready#|Age|Containers*|Images*|Selector*"
+        }
+        ("", "services") => "Name|Type|Cluster-IP|External-IP|Port(s)|Age|Selector*",
+        ("", "namespaces") => "Name|Status|Age",
+        ("", "configmaps") => "Name|Data#|Age",
+        ("", "secrets") => "Name|Type|Data#|Age",
+        ("", "serviceaccounts") => "Name|Secrets#|Age",
+        ("", "nodes") => "Name|Status|Roles|Age|Version",
+        ("", "events") => "Last Seen|Type|Reason|Object|Message",
+        ("apiextensions.k8s.io", "customresourcedefinitions") => "Name|Created At@",
+        _ => "Name|Age",
+    }
+}
+
+/// Reads one column of [`built_in_columns`].
+fn column(spec: &str) -> Column {
+    let (spec, priority) = match spec.strip_suffix('*') {
+        Some(name) => (name, 1),
+        None => (spec, 0),
+    };
+    let (name, kind) = if let Some(name) = spec.strip_suffix('#') {
+        (name, "integer")
+    } else if let Some(name) = spec.strip_suffix('@') {
+        (name, "date")
+    } else {
+        (spec, "string")
+    };
     Column {
         name: name.to_string(),
         kind: kind.to_string(),
@@ -49,87 +84,20 @@ fn col(name: &str, kind: &str, priority: i64) -> Column {
 }
 
 fn columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
-    let name = col("Name", "string", 0);
-    let age = col("Age", "string", 0);
     if info.is_custom() {
-        return custom_columns(info, version, name, age);
+        return custom_columns(info, version);
     }
-    match (info.group.as_str(), info.plural.as_str()) {
-        ("", "pods") => vec![
-            name,
-            col("Ready", "string", 0),
-            col("Status", "string", 0),
-            col("Restarts", "string", 0),
-            age,
-            col("IP", "string", 1),
-            col("Node", "string", 1),
-        ],
-        ("apps", "deployments") => vec![
-            name,
-            col("Ready", "string", 0),
-            col("Up-to-date", "integer", 0),
-            col("Available", "integer", 0),
-            age,
-            col("Containers", "string", 1),
-            col("Images", "string", 1),
-            col("Selector", "string", 1),
-        ],
-        ("apps", "replicasets") => vec![
-            name,
-            col("Desired", "integer", 0),
-            col("Current", "integer", 0),
-            col("Ready", "integer", 0),
-            age,
-            col("Containers", "string", 1),
-            col("Images", "string", 1),
-            col("Selector", "string", 1),
-        ],
-        ("", "services") => vec![
-            name,
-            col("Type", "string", 0),
-            col("Cluster-IP", "string", 0),
-            col("External-IP", "string", 0),
-            col("Port(s)", "string", 0),
-            age,
-            col("Selector", "string", 1),
-        ],
-        ("", "namespaces") => vec![name, col("Status", "string", 0), age],
-        ("", "configmaps") => vec![name, col("Data", "integer", 0), age],
-        ("", "secrets") => vec![
-            name,
-            col("Type", "string", 0),
-            col("Data", "integer", 0),
-            age,
-        ],
-        ("", "serviceaccounts") => vec![name, col("Secrets", "integer", 0), age],
-        ("", "nodes") => vec![
-            name,
-            col("Status", "string", 0),
-            col("Roles", "string", 0),
-            age,
-            col("Version", "string", 0),
-        ],
-        ("", "events") => vec![
-            col("Last Seen", "string", 0),
-            col("Type", "string", 0),
-            col("Reason", "string", 0),
-            col("Object", "string", 0),
-            col("Message", "string", 0),
-        ],
-        ("apiextensions.k8s.io", "customresourcedefinitions") => {
-            vec![name, col("Created At", "date", 0)]
-        }
-        _ => vec![name, age],
-    }
+    let spec = built_in_columns(&info.group, &info.plural);
+    spec.split('|').map(column).collect()
 }
 
-/// A custom resource's columns: its printer columns, or the name and age when it has none.
-fn custom_columns(info: &ResourceInfo, version: &str, name: Column, age: Column) -> Vec<Column> {
+/// A custom resource's columns: its printer columns after the name, or the name and age when it has none.
+fn custom_columns(info: &ResourceInfo, version: &str) -> Vec<Column> {
     let custom = info.printer_columns(version);
     if custom.is_empty() {
-        return vec![name, age];
+        return vec![column("Name"), column("Age")];
     }
-    let mut cols = vec![name];
+    let mut cols = vec![column("Name")];
     cols.extend(custom.iter().map(|c| Column {
         name: c.name.clone(),
         kind: c.type_.clone(),

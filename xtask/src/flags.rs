@@ -130,6 +130,13 @@ pub struct PushImage {
     /// Build and push only; leave the cluster alone
     #[arg(long)]
     pub no_rollout: bool,
+    #[command(flatten)]
+    pub rollout: RolloutFlags,
+}
+
+/// How `push-image` and `reload` wait for their rollouts and report them.
+#[derive(Debug, Args)]
+pub struct RolloutFlags {
     /// Deadline for each rollout, such as 90s or 3m
     #[arg(long, value_parser = parse_duration, default_value = "180s", value_name = "DURATION")]
     pub timeout: Duration,
@@ -147,16 +154,8 @@ pub struct Reload {
     /// Components to restart [default: all declared]
     #[arg(value_name = "COMPONENT")]
     pub components: Vec<String>,
-    /// Deadline for each rollout, such as 90s or 3m
-    #[arg(long, value_parser = parse_duration, default_value = "180s", value_name = "DURATION")]
-    pub timeout: Duration,
-    /// Print a JSON summary instead of text
-    #[arg(long)]
-    pub json: bool,
-    /// Wait until the old pods are gone, not only terminating (old pods
-    /// that are terminating already get no traffic)
-    #[arg(long)]
-    pub wait_for_termination: bool,
+    #[command(flatten)]
+    pub rollout: RolloutFlags,
 }
 
 #[derive(Debug, Args)]

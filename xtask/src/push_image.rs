@@ -16,15 +16,15 @@ impl flags::PushImage {
         }
         let flags = PushFlags {
             rollout: !self.no_rollout,
-            timeout: self.timeout,
+            timeout: self.rollout.timeout,
             verbose: ctx.verbose,
-            wait_for_termination: self.wait_for_termination,
+            wait_for_termination: self.rollout.wait_for_termination,
         };
-        let bars = ctx.reporter(self.json);
+        let bars = ctx.reporter(self.rollout.json);
         let outcomes = ctx
             .block_on(deliver::push(&config, &self.components, flags, &bars))?
             .context("push-image")?;
         bars.finish();
-        report(ctx, &outcomes, self.json)
+        report(ctx, &outcomes, self.rollout.json)
     }
 }

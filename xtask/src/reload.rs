@@ -19,19 +19,19 @@ impl flags::Reload {
         } else {
             self.components
         };
-        let bars = ctx.reporter(self.json);
+        let bars = ctx.reporter(self.rollout.json);
         let outcomes = ctx
             .block_on(deliver::reload(
                 &config,
                 &components,
                 deliver::ReloadFlags {
-                    timeout: self.timeout,
-                    wait_for_termination: self.wait_for_termination,
+                    timeout: self.rollout.timeout,
+                    wait_for_termination: self.rollout.wait_for_termination,
                 },
                 &bars,
             ))?
             .context("reload")?;
         bars.finish();
-        report(ctx, &outcomes, self.json)
+        report(ctx, &outcomes, self.rollout.json)
     }
 }

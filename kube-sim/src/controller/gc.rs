@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use super::{Config, Error, MANAGER, Queue};
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, DeleteOptions, ListOptions, Store, WatchEvent, WriteOptions};
+use crate::store::{self, DeleteOptions, Endpoint, ListOptions, Store, WatchEvent, WriteOptions};
 
 /// How often the set of served resources is checked for new custom resources.
 const DISCOVERY_INTERVAL: Duration = Duration::from_millis(500);
@@ -332,7 +332,13 @@ fn check(store: &Store, key: &ObjKey) -> Result<(), Error> {
     let mut new = obj.clone();
     let kept: Vec<Value> = alive.into_iter().cloned().collect();
     meta::metadata_mut(&mut new).insert("ownerReferences".into(), Value::Array(kept));
-    store.update(&key.resource, ns, new, &WriteOptions::manager(MANAGER))?;
+    store.update(
+        Endpoint::Main,
+        &key.resource,
+        ns,
+        new,
+        &WriteOptions::manager(MANAGER),
+    )?;
     Ok(())
 }
 

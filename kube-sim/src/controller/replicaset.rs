@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use super::{Config, Error, Feed, Key, MANAGER, Queue};
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, DeleteOptions, ListOptions, Store, WriteOptions};
+use crate::store::{self, DeleteOptions, Endpoint, ListOptions, Store, WriteOptions};
 
 /// The event source of this controller.
 const COMPONENT: &str = "replicaset-controller";
@@ -172,7 +172,8 @@ fn write_status(store: &Store, rs: &Value, status: Value) -> Result<(), Error> {
     }
     let mut new = rs.clone();
     new["status"] = status;
-    store.update_status(
+    store.update(
+        Endpoint::Status,
         &GroupResource::replicasets(),
         Some(meta::namespace_of(rs)),
         new,

@@ -45,13 +45,8 @@ impl Logs {
 impl PodLogs for Logs {
     /// The whole log, or its last `tailLines` lines. Virtual containers write nothing after their start
     /// line, so a `follow` request ends with the text there is.
-    fn stream(
-        &self,
-        pod: &Value,
-        container: Option<&str>,
-        options: &LogOptions,
-    ) -> Option<store::Result<LogStream>> {
-        let text = match self.logs(pod, container) {
+    fn stream(&self, pod: &Value, options: &LogOptions) -> Option<store::Result<LogStream>> {
+        let text = match self.logs(pod, options.container.as_deref()) {
             Ok(t) => t,
             Err(e) => return Some(Err(e)),
         };

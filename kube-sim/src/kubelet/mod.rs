@@ -43,7 +43,7 @@ use tokio::time::Instant;
 use crate::controller::follow;
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, Store, WatchEvent, WriteOptions};
+use crate::store::{self, Endpoint, Store, WatchEvent, WriteOptions};
 
 pub use logs::Logs;
 pub use reference::Reference;
@@ -264,7 +264,13 @@ fn register_node(store: &Store, config: &Config) -> Result<(), Error> {
             "kubeletVersion": "v1.32.0+k3s1", "kubeProxyVersion": "v1.32.0+k3s1",
             "machineID": "", "systemUUID": "", "bootID": ""},
     });
-    store.update_status(&nodes, None, current, &WriteOptions::manager(MANAGER))?;
+    store.update(
+        Endpoint::Status,
+        &nodes,
+        None,
+        current,
+        &WriteOptions::manager(MANAGER),
+    )?;
     Ok(())
 }
 
@@ -285,6 +291,7 @@ async fn bind<R: ContainerRuntime>(k: Arc<Kubelet<R>>, pod: Value) {
         }
         current["spec"]["nodeName"] = json!(k.config.node_name);
         match k.store.update(
+            Endpoint::Main,
             &GroupResource::pods(),
             Some(&ns),
             current,

@@ -10,7 +10,7 @@ use super::runtime::ContainerRuntime;
 use super::{Container, Kubelet, MANAGER, PodRun, Stage};
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, WriteOptions};
+use crate::store::{self, Endpoint, WriteOptions};
 
 /// The container status a real kubelet reports for a container in this state.
 pub(super) fn container_status(c: &Container) -> Value {
@@ -241,7 +241,8 @@ pub(super) fn write_status<R: ContainerRuntime>(k: &Arc<Kubelet<R>>, run: &PodRu
         }
         let mut new = pod.clone();
         new["status"] = status;
-        match k.store.update_status(
+        match k.store.update(
+            Endpoint::Status,
             &GroupResource::pods(),
             Some(&run.namespace),
             new,

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::resource::{GroupResource, ResourceInfo};
 use crate::store::{
-    DeleteOptions, Deleted, Error, ListOptions, LogOptions, Patch, PatchOptions, Store,
+    DeleteOptions, Deleted, Endpoint, Error, ListOptions, LogOptions, Patch, PatchOptions, Store,
     WriteOptions,
 };
 use crate::table::IncludeObject;
@@ -129,14 +129,12 @@ impl Call<'_> {
     pub(super) fn log(&self, name: &str) -> Result<Response<Body>, Error> {
         let q = &self.q;
         let options = LogOptions {
+            container: q.get("container").map(str::to_string),
             follow: q.get("follow").is_some_and(|v| v == "true" || v == "1"),
             tail_lines: q.get("tailLines").and_then(|v| v.parse().ok()),
         };
         let ns = self.ns().unwrap_or("");
-        if let Some(stream) = self
-            .store()
-            .pod_log_stream(ns, name, q.get("container"), &options)?
-        {
+        if let Some(stream) = self.store().pod_log_stream(ns, name, &options)? {
             // The body must be `Sync`; a task forwards the stream until the client goes away.
             let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, Infallible>>(16);
             tokio::spawn(async move {
@@ -181,12 +179,13 @@ impl Call<'_> {
             None => {
                 check_kind(&self.info, &self.version, &obj)?;
                 check_name(&obj, name)?;
-                self.store().update(&self.gr, self.ns(), obj, &opts)?
+                self.store()
+                    .update(Endpoint::Main, &self.gr, self.ns(), obj, &opts)?
             }
             Some("status") => {
                 check_name(&obj, name)?;
                 self.store()
-                    .update_status(&self.gr, self.ns(), obj, &opts)?
+                    .update(Endpoint::Status, &self.gr, self.ns(), obj, &opts)?
             }
             Some("scale") => {
                 let replicas = obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0));
@@ -207,7 +206,7 @@ impl Call<'_> {
                     &Patch::Merge(patch),
                     &popts,
                 )?;
-                return Ok(json_response(StatusCode::OK, &scale_of(&updated)));
+                return Ok(json_response(StatusCode::OK, &scale_of(&updated.object)));
             }
             Some(_) => return Err(Error::MethodNotAllowed),
         };
@@ -227,18 +226,17 @@ impl Call<'_> {
         if sub == Some("scale") {
             return self.patch_scale(name, &patch, opts);
         }
-        let store = self.store();
-        let existed = store.get(&self.gr, self.ns(), name).is_ok();
-        let (out, warnings) =
-            store.patch_with_warnings(&self.gr, self.ns(), name, sub, &patch, &opts)?;
-        let code = if existed || !matches!(patch, Patch::Apply(_)) {
-            StatusCode::OK
-        } else {
+        let patched = self
+            .store()
+            .patch(&self.gr, self.ns(), name, sub, &patch, &opts)?;
+        let code = if patched.created {
             StatusCode::CREATED
+        } else {
+            StatusCode::OK
         };
         Ok(with_warnings(
-            json_response(code, &self.present(out)),
-            &warnings,
+            json_response(code, &self.present(patched.object)),
+            &patched.warnings,
         ))
     }
 
@@ -293,7 +291,7 @@ impl Call<'_> {
             &Patch::Merge(json!({"spec": {"replicas": replicas}})),
             &popts,
         )?;
-        Ok(json_response(StatusCode::OK, &scale_of(&updated)))
+        Ok(json_response(StatusCode::OK, &scale_of(&updated.object)))
     }
 
     /// `DELETE` of one object: `202 Accepted` while it is only marked; once gone, the object for custom

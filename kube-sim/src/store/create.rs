@@ -2,15 +2,13 @@
 
 use std::sync::{Arc, MutexGuard};
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::history::{EventKind, store_object};
 use super::update::{Managed, require_object, set_type, validate};
 use super::{
-    Error, FieldValidation, Result, State, Store, WriteOptions, from_value, next_rv,
-    qualified_kind, scope_ns, set_rv, to_value,
+    Error, FieldValidation, Result, State, Store, WriteOptions, next_rv, qualified_kind, scope_ns,
+    set_rv,
 };
 use crate::meta::{self, metadata_mut};
 use crate::resource::{GenerationRule, GroupResource, ResourceInfo};
@@ -34,16 +32,6 @@ impl Store {
         } else {
             self.insert_new(st, &info, obj)
         })
-    }
-
-    /// Creates a `k8s-openapi` object.
-    pub fn create_as<K: k8s_openapi::Resource + Serialize + DeserializeOwned>(
-        &self,
-        namespace: Option<&str>,
-        obj: &K,
-        opts: &WriteOptions,
-    ) -> Result<K> {
-        from_value(self.create(&GroupResource::of::<K>(), namespace, to_value(obj)?, opts)?)
     }
 
     /// The object a create would store (without its `resourceVersion`), and warnings about pruned fields:

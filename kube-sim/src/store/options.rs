@@ -138,12 +138,7 @@ pub trait PodLogs: Send + Sync {
 
     /// A streamed log honouring `follow` and `tailLines`, for sources backed by real containers; `None`
     /// (the default) serves [`PodLogs::logs`] as one body.
-    fn stream(
-        &self,
-        _pod: &Value,
-        _container: Option<&str>,
-        _options: &LogOptions,
-    ) -> Option<Result<LogStream>> {
+    fn stream(&self, _pod: &Value, _options: &LogOptions) -> Option<Result<LogStream>> {
         None
     }
 }
@@ -151,6 +146,8 @@ pub trait PodLogs: Send + Sync {
 /// The options of a log request that a streaming [`PodLogs`] source honours.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LogOptions {
+    /// The container; `None` when the request named none.
+    pub container: Option<String>,
     /// Keep the stream open and send new lines as they come.
     pub follow: bool,
     /// Only the last lines.

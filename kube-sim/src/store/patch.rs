@@ -1,16 +1,26 @@
 //! Patches: server-side apply (which creates missing objects), strategic merge, JSON merge and JSON patch,
 //! each ending in the update pipeline.
 
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::update::{Endpoint, Managed};
-use super::{Error, Patch, PatchOptions, Result, Store, from_value, qualified_kind, scope_ns};
+use super::{Error, Patch, PatchOptions, Result, Store, qualified_kind, scope_ns};
 use crate::fieldmanager;
 use crate::meta::{self, metadata_mut};
 use crate::patch;
 use crate::resource::{GroupResource, ResourceInfo};
 use crate::schema::Node;
+
+/// What a patch stored (or, on a dry run, would store).
+#[derive(Debug)]
+pub struct Patched {
+    /// The object after the patch.
+    pub object: Value,
+    /// Warnings about unknown fields that were pruned.
+    pub warnings: Vec<String>,
+    /// Whether an apply created the object.
+    pub created: bool,
+}
 
 impl Store {
     /// Patches an object (or its status with `subresource: Some("status")`). Apply creates missing objects.
@@ -22,22 +32,7 @@ impl Store {
         subresource: Option<&str>,
         patch: &Patch,
         opts: &PatchOptions,
-    ) -> Result<Value> {
-        Ok(self
-            .patch_with_warnings(gr, namespace, name, subresource, patch, opts)?
-            .0)
-    }
-
-    /// Like [`Store::patch`], also returning warnings about pruned unknown fields.
-    pub fn patch_with_warnings(
-        &self,
-        gr: &GroupResource,
-        namespace: Option<&str>,
-        name: &str,
-        subresource: Option<&str>,
-        patch: &Patch,
-        opts: &PatchOptions,
-    ) -> Result<(Value, Vec<String>)> {
+    ) -> Result<Patched> {
         let endpoint = patch_endpoint(subresource, patch, opts)?;
         let manager = opts.field_manager.as_deref().unwrap_or("kube-sim");
         let mut st = self.lock();
@@ -73,37 +68,30 @@ impl Store {
                 Managed::Precomputed,
                 opts.field_validation,
             )?;
-            if opts.dry_run {
-                return Ok((obj, warnings));
-            }
-            return Ok((self.insert_new(st, &info, obj), warnings));
+            let object = if opts.dry_run {
+                obj
+            } else {
+                self.insert_new(st, &info, obj)
+            };
+            return Ok(Patched {
+                object,
+                warnings,
+                created: true,
+            });
         };
         let (new, managed) = patched(&info, &old, name, patch, manager, opts, endpoint)?;
         let (new, warnings) =
             self.prepare_update(&info, &old, new, endpoint, managed, opts.field_validation)?;
-        if opts.dry_run {
-            return Ok((new, warnings));
-        }
-        Ok((self.commit_update(st, &info, key, old, new), warnings))
-    }
-
-    /// Patches a `k8s-openapi` object.
-    pub fn patch_as<K: k8s_openapi::Resource + DeserializeOwned>(
-        &self,
-        namespace: Option<&str>,
-        name: &str,
-        subresource: Option<&str>,
-        patch: &Patch,
-        opts: &PatchOptions,
-    ) -> Result<K> {
-        from_value(self.patch(
-            &GroupResource::of::<K>(),
-            namespace,
-            name,
-            subresource,
-            patch,
-            opts,
-        )?)
+        let object = if opts.dry_run {
+            new
+        } else {
+            self.commit_update(st, &info, key, old, new)
+        };
+        Ok(Patched {
+            object,
+            warnings,
+            created: false,
+        })
     }
 }
 

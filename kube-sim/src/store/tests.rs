@@ -33,6 +33,7 @@ fn merge(s: &Store, gr: &GroupResource, name: &str, sub: Option<&str>, patch: Va
         &PatchOptions::default(),
     )
     .unwrap()
+    .object
 }
 
 #[test]
@@ -42,6 +43,7 @@ fn stale_update_is_a_conflict_with_the_kubernetes_message() {
     let mut first = created.clone();
     first["spec"]["replicas"] = json!(3);
     s.update(
+        Endpoint::Main,
         &deploy(),
         Some("default"),
         first,
@@ -52,6 +54,7 @@ fn stale_update_is_a_conflict_with_the_kubernetes_message() {
     stale["spec"]["replicas"] = json!(5);
     let err = s
         .update(
+            Endpoint::Main,
             &deploy(),
             Some("default"),
             stale,
@@ -79,7 +82,8 @@ fn no_op_write_keeps_the_resource_version_and_emits_nothing() {
             &Patch::Merge(json!({"spec": {"replicas": 1}})),
             &PatchOptions::default(),
         )
-        .unwrap();
+        .unwrap()
+        .object;
     assert_eq!(
         same["metadata"]["resourceVersion"],
         created["metadata"]["resourceVersion"]
@@ -115,7 +119,13 @@ fn deployment_generation_follows_spec_and_annotations_but_not_labels_or_status()
     let mut main = obj.clone();
     main["status"] = json!({"observedGeneration": 99});
     let after = s
-        .update(&deploy(), NS, main, &WriteOptions::manager("t"))
+        .update(
+            Endpoint::Main,
+            &deploy(),
+            NS,
+            main,
+            &WriteOptions::manager("t"),
+        )
         .unwrap();
     assert_eq!(
         after["status"]["observedGeneration"],

@@ -3,14 +3,12 @@
 
 use std::sync::{Arc, MutexGuard};
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::history::{EventKind, push_event, store_object};
 use super::{
-    Error, FieldValidation, Key, Result, State, Store, WriteOptions, from_value, next_rv,
-    qualified_kind, scope_ns, set_rv, to_value,
+    Error, FieldValidation, Key, Result, State, Store, WriteOptions, next_rv, qualified_kind,
+    scope_ns, set_rv,
 };
 use crate::fieldmanager;
 use crate::meta::{self, metadata_mut};
@@ -19,8 +17,10 @@ use crate::schema;
 
 /// Which endpoint a write goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Endpoint {
+pub enum Endpoint {
+    /// The object itself.
     Main,
+    /// Its `status` subresource.
     Status,
 }
 
@@ -41,60 +41,15 @@ pub(super) enum Managed<'a> {
 }
 
 impl Store {
-    /// Replaces an object through the main endpoint; `status` is kept when a status subresource exists.
+    /// Replaces an object through one of its endpoints: through [`Endpoint::Main`], `status` is kept when a
+    /// status subresource exists; through [`Endpoint::Status`], everything but `status` is kept.
     pub fn update(
         &self,
-        gr: &GroupResource,
-        namespace: Option<&str>,
-        obj: Value,
-        opts: &WriteOptions,
-    ) -> Result<Value> {
-        self.update_at(gr, namespace, obj, opts, Endpoint::Main)
-    }
-
-    /// Replaces an object's `status` through the status subresource; `spec` is kept.
-    pub fn update_status(
-        &self,
-        gr: &GroupResource,
-        namespace: Option<&str>,
-        obj: Value,
-        opts: &WriteOptions,
-    ) -> Result<Value> {
-        self.update_at(gr, namespace, obj, opts, Endpoint::Status)
-    }
-
-    /// Replaces a `k8s-openapi` object through the main endpoint.
-    pub fn update_as<K: k8s_openapi::Resource + Serialize + DeserializeOwned>(
-        &self,
-        namespace: Option<&str>,
-        obj: &K,
-        opts: &WriteOptions,
-    ) -> Result<K> {
-        from_value(self.update(&GroupResource::of::<K>(), namespace, to_value(obj)?, opts)?)
-    }
-
-    /// Replaces a `k8s-openapi` object's status.
-    pub fn update_status_as<K: k8s_openapi::Resource + Serialize + DeserializeOwned>(
-        &self,
-        namespace: Option<&str>,
-        obj: &K,
-        opts: &WriteOptions,
-    ) -> Result<K> {
-        from_value(self.update_status(
-            &GroupResource::of::<K>(),
-            namespace,
-            to_value(obj)?,
-            opts,
-        )?)
-    }
-
-    fn update_at(
-        &self,
-        gr: &GroupResource,
-        namespace: Option<&str>,
-        obj: Value,
-        opts: &WriteOptions,
         endpoint: Endpoint,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
     ) -> Result<Value> {
         let manager = opts.field_manager.as_deref().unwrap_or("kube-sim");
         let name = meta::name_of(&obj).to_string();

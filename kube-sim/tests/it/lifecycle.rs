@@ -187,14 +187,13 @@ async fn a_thousand_objects_list_page_and_watch_consistently() {
         .unwrap()
         .boxed();
     for i in 0..1000 {
-        let cm: ConfigMap = serde_json::from_value(
-            json!({"metadata": {"name": format!("c{i}"), "labels": {"group": format!("g{}", i % 20)}}, "data": {"i": i.to_string()}}),
-        )
-        .unwrap();
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("c{i}"), "labels": {"group": format!("g{}", i % 20)}}, "data": {"i": i.to_string()}});
         sim.store()
-            .create_as(
+            .create(
+                &kube_sim::GroupResource::new("", "configmaps"),
                 Some("default"),
-                &cm,
+                cm,
                 &kube_sim::store::WriteOptions::manager("bench"),
             )
             .unwrap();

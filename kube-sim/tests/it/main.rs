@@ -136,88 +136,13 @@ pub async fn apply(sim: &Sim, contents: &str) -> String {
 }
 
 /// A CRD for `widgets.example.com` with a status subresource and a template whose metadata schema has no properties.
-pub const WIDGET_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: widgets.example.com
-spec:
-  group: example.com
-  names: {kind: Widget, plural: widgets, singular: widget, shortNames: [wd]}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    additionalPrinterColumns:
-    - {name: Size, type: integer, jsonPath: .spec.size}
-    - {name: Ready, type: boolean, jsonPath: .status.ready}
-    - {name: Age, type: date, jsonPath: .metadata.creationTimestamp}
-    schema:
-      openAPIV3Schema:
-        type: object
-        properties:
-          spec:
-            type: object
-            properties:
-              size: {type: integer}
-              colors: {type: array, items: {type: string}}
-              template:
-                type: object
-                properties:
-                  metadata: {type: object}
-              free:
-                type: object
-                x-kubernetes-preserve-unknown-fields: true
-          status:
-            type: object
-            properties:
-              ready: {type: boolean}
-"#;
+pub const WIDGET_CRD: &str = include_str!("fixtures/widget-crd.yaml");
 
 /// A CRD for `gadgets.example.com` without a status subresource.
-pub const GADGET_CRD: &str = r#"
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: gadgets.example.com
-spec:
-  group: example.com
-  names: {kind: Gadget, plural: gadgets}
-  scope: Namespaced
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-"#;
+pub const GADGET_CRD: &str = include_str!("fixtures/gadget-crd.yaml");
 
 /// A two-replica Deployment named `web`.
-pub const WEB_DEPLOYMENT: &str = r#"
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-  namespace: default
-spec:
-  replicas: 2
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-      - name: app
-        image: nginx:1.27
-        ports: [{containerPort: 80}]
-      - name: sidecar
-        image: busybox:1.36
-"#;
+pub const WEB_DEPLOYMENT: &str = include_str!("fixtures/web-deployment.yaml");
 
 /// Applies [`WEB_DEPLOYMENT`] server-side as field manager `dev-env`; returns the Deployments of `default` and
 /// the applied object.

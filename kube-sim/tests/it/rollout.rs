@@ -117,6 +117,7 @@ fn set_image(store: &Store, name: &str, image: &str) -> Value {
             },
         )
         .expect("the image patch applies")
+        .object
 }
 
 /// Applies a Deployment of `name` running `{MIRROR_NAME}/{name}:v1`.

@@ -14,7 +14,7 @@ use crate::controller::hash::compute_hash;
 use crate::controller::{Error, MANAGER, int_at};
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, DeleteOptions, WriteOptions};
+use crate::store::{self, DeleteOptions, Endpoint, WriteOptions};
 
 impl Rollout<'_> {
     /// `getAllReplicaSetsAndSyncRevision`: finds (or creates) the new ReplicaSet and syncs revisions.
@@ -215,7 +215,8 @@ impl Rollout<'_> {
     /// Writes the Deployment's status (and annotations) as they are now in `self.d`.
     pub(super) fn write_deployment_status(&mut self) -> Result<(), Error> {
         let ns = meta::namespace_of(&self.d).to_string();
-        self.d = self.store.update_status(
+        self.d = self.store.update(
+            Endpoint::Status,
             &GroupResource::deployments(),
             Some(&ns),
             self.d.clone(),
@@ -227,6 +228,7 @@ impl Rollout<'_> {
     pub(super) fn update_rs(&self, rs: Value) -> Result<Value, Error> {
         let ns = meta::namespace_of(&rs).to_string();
         Ok(self.store.update(
+            Endpoint::Main,
             &GroupResource::replicasets(),
             Some(&ns),
             rs,

@@ -1,7 +1,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::store::{StoreConfig, WriteOptions};
+use crate::store::{Endpoint, StoreConfig, WriteOptions};
 
 fn store() -> Store {
     Store::new(StoreConfig { history: 10_000 })
@@ -42,7 +42,8 @@ fn settle(store: &Store) {
         rs["status"] = json!({"replicas": n, "readyReplicas": n, "availableReplicas": n,
             "fullyLabeledReplicas": n, "observedGeneration": rs["metadata"]["generation"]});
         store
-            .update_status(
+            .update(
+                Endpoint::Status,
                 &GroupResource::replicasets(),
                 Some("default"),
                 rs,
@@ -78,6 +79,7 @@ fn create_deployment(store: &Store, d: Value) {
 fn update_deployment(store: &Store, d: Value) {
     store
         .update(
+            Endpoint::Main,
             &GroupResource::deployments(),
             Some("default"),
             d,

@@ -89,13 +89,8 @@ impl PodLogs for DockerLogs {
             .collect::<String>())
     }
 
-    fn stream(
-        &self,
-        pod: &Value,
-        container: Option<&str>,
-        options: &LogOptions,
-    ) -> Option<store::Result<LogStream>> {
-        match self.container_id(pod, container) {
+    fn stream(&self, pod: &Value, options: &LogOptions) -> Option<store::Result<LogStream>> {
+        match self.container_id(pod, options.container.as_deref()) {
             Ok(Some(id)) => Some(Ok(self.engine_stream(&id, options))),
             Ok(None) => None,
             Err(e) => Some(Err(e)),
