@@ -119,85 +119,85 @@ fn collect_files(path: &Path, out: &mut Vec<PathBuf>) -> Result<(), Error> {
 pub fn parse(file: &Path, text: &str) -> Result<Vec<Manifest>, Error> {
     let mut out = Vec::new();
     for (offset, doc) in split_documents(text) {
-        let invalid = |line: usize, column: usize, message: String, fix: &str| Error::Invalid {
-            path: file.to_path_buf(),
-            line: line + offset,
-            column,
-            message,
-            fix: fix.to_string(),
-        };
-        let value = serde_yaml::Value::deserialize(serde_yaml::Deserializer::from_str(doc))
+        let at = Document { file, offset, doc };
+        if let Some(manifest) = at.parse()? {
+            out.push(manifest);
+        }
+    }
+    Ok(out)
+}
+
+/// One document of a manifest file, `offset` lines into it.
+struct Document<'a> {
+    file: &'a Path,
+    offset: usize,
+    doc: &'a str,
+}
+
+impl Document<'_> {
+    /// The document's object; `None` when it is empty.
+    fn parse(&self) -> Result<Option<Manifest>, Error> {
+        let value = serde_yaml::Value::deserialize(serde_yaml::Deserializer::from_str(self.doc))
             .map_err(|e| {
-                let (line, column) = e
-                    .location()
-                    .map(|l| (l.line(), l.column()))
-                    .unwrap_or((1, 1));
-                invalid(
+                let (line, column) = e.location().map_or((1, 1), |l| (l.line(), l.column()));
+                let message = format!("not valid YAML: {e}");
+                self.invalid(
                     line,
                     column,
-                    format!("not valid YAML: {e}"),
+                    message,
                     "fix the YAML syntax at that position",
                 )
             })?;
         if value.is_null() {
-            continue;
+            return Ok(None);
         }
         let object: serde_json::Value = serde_json::to_value(&value).map_err(|e| {
-            invalid(
-                1,
-                1,
-                format!("cannot be represented as JSON: {e}"),
-                "use string keys and plain scalars",
-            )
+            let message = format!("cannot be represented as JSON: {e}");
+            self.invalid(1, 1, message, "use string keys and plain scalars")
         })?;
-        let field = |name: &str| {
-            object
-                .get(name)
-                .and_then(|v| v.as_str())
-                .map(str::to_string)
+        let first = first_content_line(self.doc);
+        let missing = |message: String, fix: &str| self.invalid(first, 1, message, fix);
+        let Some(api_version) = string_at(&object, "/apiVersion") else {
+            let fix = "add `apiVersion:` (for example `apps/v1`)";
+            return Err(missing(String::from("document has no `apiVersion`"), fix));
         };
-        let meta = |name: &str| {
-            object
-                .pointer(&format!("/metadata/{name}"))
-                .and_then(|v| v.as_str())
-                .map(str::to_string)
+        let Some(kind) = string_at(&object, "/kind") else {
+            let fix = "add `kind:` (for example `Deployment`)";
+            return Err(missing(String::from("document has no `kind`"), fix));
         };
-        let first = first_content_line(doc);
-        let Some(api_version) = field("apiVersion") else {
-            return Err(invalid(
-                first,
-                1,
-                String::from("document has no `apiVersion`"),
-                "add `apiVersion:` (for example `apps/v1`)",
-            ));
+        let Some(name) = string_at(&object, "/metadata/name") else {
+            let fix = "add `metadata: {name: ...}`; server-side apply needs a name";
+            return Err(missing(format!("{kind} has no `metadata.name`"), fix));
         };
-        let Some(kind) = field("kind") else {
-            return Err(invalid(
-                first,
-                1,
-                String::from("document has no `kind`"),
-                "add `kind:` (for example `Deployment`)",
-            ));
-        };
-        let Some(name) = meta("name") else {
-            return Err(invalid(
-                first,
-                1,
-                format!("{kind} has no `metadata.name`"),
-                "add `metadata: {name: ...}`; server-side apply needs a name",
-            ));
-        };
-        out.push(Manifest {
-            file: file.to_path_buf(),
-            line: first + offset,
+        Ok(Some(Manifest {
+            file: self.file.to_path_buf(),
+            line: first + self.offset,
             api_version,
             kind,
             name,
-            namespace: meta("namespace"),
+            namespace: string_at(&object, "/metadata/namespace"),
             object,
-        });
+        }))
     }
-    Ok(out)
+
+    /// An error at `line`:`column` of the document.
+    fn invalid(&self, line: usize, column: usize, message: String, fix: &str) -> Error {
+        Error::Invalid {
+            path: self.file.to_path_buf(),
+            line: line + self.offset,
+            column,
+            message,
+            fix: fix.to_string(),
+        }
+    }
+}
+
+/// The string at `pointer`, if there is one.
+fn string_at(object: &serde_json::Value, pointer: &str) -> Option<String> {
+    object
+        .pointer(pointer)
+        .and_then(|v| v.as_str())
+        .map(str::to_string)
 }
 
 /// Splits a YAML stream at `---` lines, returning each document with the
