@@ -314,6 +314,7 @@ impl Sim {
             )),
             tokio::spawn(machinery::run_namespace_controller(
                 store.clone(),
+                ca_pem.clone().unwrap_or_default(),
                 shutdown_rx.clone(),
             )),
             tokio::spawn(controller::run(

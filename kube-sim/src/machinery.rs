@@ -9,7 +9,9 @@ use tokio::sync::watch;
 
 use crate::meta;
 use crate::resource::{self, GroupResource};
-use crate::store::{Error, ListOptions, Patch, PatchOptions, Store, WatchEvent, WriteOptions};
+use crate::store::{
+    Endpoint, Error, ListOptions, Patch, PatchOptions, Store, WatchEvent, WriteOptions,
+};
 
 const MANAGER: &str = "kube-apiserver";
 
@@ -149,14 +151,21 @@ fn opts_update(opts: &PatchOptions) -> PatchOptions {
     }
 }
 
-/// Finishes namespace deletion and gives every namespace a `default` service account.
-pub async fn run_namespace_controller(store: Store, mut shutdown: watch::Receiver<bool>) {
+/// The ConfigMap in every namespace that carries the API server's CA, as the root CA publisher keeps it.
+pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
+
+/// Finishes namespace deletion and gives every namespace a `default` service account and the
+/// [`ROOT_CA_CONFIG_MAP`] with `ca_pem` (restored when it is deleted or changed).
+pub async fn run_namespace_controller(
+    store: Store,
+    ca_pem: String,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let mut changes = store.subscribe_changes();
     let namespaces = GroupResource::namespaces();
-    let service_accounts = GroupResource::new("", "serviceaccounts");
     loop {
         changes.borrow_and_update();
-        let waiting = store.finalize_namespaces();
+        store.finalize_namespaces();
         if let Ok(list) = store.list(&namespaces, None, &ListOptions::default()) {
             for ns in list
                 .items
@@ -164,21 +173,56 @@ pub async fn run_namespace_controller(store: Store, mut shutdown: watch::Receive
                 .filter(|n| n.pointer("/metadata/deletionTimestamp").is_none())
             {
                 let name = meta::name_of(ns);
-                if store.get(&service_accounts, Some(name), "default").is_err() {
-                    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
-                    let _ = store.create(
-                        &service_accounts,
-                        Some(name),
-                        sa,
-                        &WriteOptions::manager("kube-controller-manager"),
-                    );
-                }
+                ensure_default_service_account(&store, name);
+                ensure_root_ca(&store, name, &ca_pem);
             }
         }
-        let _ = waiting;
         tokio::select! {
             r = changes.changed() => if r.is_err() { return },
             _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+fn ensure_default_service_account(store: &Store, namespace: &str) {
+    let service_accounts = GroupResource::new("", "serviceaccounts");
+    if store
+        .get(&service_accounts, Some(namespace), "default")
+        .is_err()
+    {
+        let sa =
+            json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
+        let _ = store.create(
+            &service_accounts,
+            Some(namespace),
+            sa,
+            &WriteOptions::manager("kube-controller-manager"),
+        );
+    }
+}
+
+fn ensure_root_ca(store: &Store, namespace: &str, ca_pem: &str) {
+    let config_maps = GroupResource::new("", "configmaps");
+    let data = json!({"ca.crt": ca_pem});
+    let opts = WriteOptions::manager("kube-controller-manager");
+    match store.get(&config_maps, Some(namespace), ROOT_CA_CONFIG_MAP) {
+        Ok(current) if current.get("data") == Some(&data) => {}
+        Ok(mut current) => {
+            current["data"] = data;
+            let _ = store.update(
+                Endpoint::Main,
+                &config_maps,
+                Some(namespace),
+                current,
+                &opts,
+            );
+        }
+        Err(_) => {
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": ROOT_CA_CONFIG_MAP, "annotations": {"kubernetes.io/description":
+                    "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}},
+                "data": data});
+            let _ = store.create(&config_maps, Some(namespace), cm, &opts);
         }
     }
 }

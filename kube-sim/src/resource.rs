@@ -164,6 +164,9 @@ pub struct ResourceInfo {
     pub scale_subresource: bool,
     /// Whether a `/log` subresource exists (pods).
     pub log_subresource: bool,
+    /// Whether this is a review: `create` is its only verb, answered at once and never stored
+    /// (`SelfSubjectAccessReview`, `SelfSubjectReview`).
+    pub review: bool,
     /// How `generation` moves.
     pub generation: GenerationRule,
     /// Built-in or custom.
@@ -210,6 +213,9 @@ impl ResourceInfo {
 
     /// Verbs advertised in discovery.
     pub fn verbs(&self) -> Vec<&'static str> {
+        if self.review {
+            return vec!["create"];
+        }
         vec![
             "create",
             "delete",
@@ -236,6 +242,7 @@ struct BuiltIn {
     all: bool,
     status: bool,
     scale: bool,
+    review: bool,
     generation: GenerationRule,
 }
 
@@ -260,7 +267,17 @@ impl BuiltIn {
             all: false,
             status: false,
             scale: false,
+            review: false,
             generation: GenerationRule::None,
+        }
+    }
+
+    /// A review: cluster-scoped, `create` only, never stored.
+    const fn review(self) -> BuiltIn {
+        BuiltIn {
+            review: true,
+            namespaced: false,
+            ..self
         }
     }
 
@@ -365,6 +382,31 @@ const BUILT_INS: &[BuiltIn] = &[
         "ClusterRoleBinding",
     )
     .cluster_scoped(),
+    BuiltIn::new("coordination.k8s.io", "v1", "leases", "lease", "Lease"),
+    BuiltIn::new(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectaccessreviews",
+        "selfsubjectaccessreview",
+        "SelfSubjectAccessReview",
+    )
+    .review(),
+    BuiltIn::new(
+        "authorization.k8s.io",
+        "v1",
+        "selfsubjectrulesreviews",
+        "selfsubjectrulesreview",
+        "SelfSubjectRulesReview",
+    )
+    .review(),
+    BuiltIn::new(
+        "authentication.k8s.io",
+        "v1",
+        "selfsubjectreviews",
+        "selfsubjectreview",
+        "SelfSubjectReview",
+    )
+    .review(),
     BuiltIn::new(
         "apiextensions.k8s.io",
         "v1",
@@ -399,6 +441,7 @@ pub fn built_ins() -> Vec<ResourceInfo> {
             status_subresource: b.status,
             scale_subresource: b.scale,
             log_subresource: b.plural == "pods",
+            review: b.review,
             generation: b.generation,
             origin: Origin::BuiltIn,
         })
@@ -463,6 +506,7 @@ pub fn from_crd(crd: &Value) -> Option<ResourceInfo> {
         status_subresource: status,
         scale_subresource: scale,
         log_subresource: false,
+        review: false,
         generation: GenerationRule::NonMetadata,
         origin: Origin::Custom(CustomInfo {
             crd_name: crd

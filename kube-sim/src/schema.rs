@@ -306,6 +306,9 @@ pub fn prune_built_in(group: &str, plural: &str, obj: &mut Value) -> Vec<String>
         ("", "events") => round_trip::<core::Event>(obj),
         ("apps", "deployments") => round_trip::<apps::Deployment>(obj),
         ("apps", "replicasets") => round_trip::<apps::ReplicaSet>(obj),
+        ("coordination.k8s.io", "leases") => {
+            round_trip::<k8s_openapi::api::coordination::v1::Lease>(obj)
+        }
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
             round_trip::<ext::CustomResourceDefinition>(obj)
         }

@@ -21,6 +21,7 @@ use crate::resource::{GroupResource, ResourceInfo};
 use crate::store::{Error, FieldValidation, Store};
 
 mod handlers;
+mod review;
 mod watch;
 
 use handlers::Call;
@@ -248,6 +249,7 @@ async fn handle(state: Arc<ServerState>, req: Request<Incoming>) -> Response<Bod
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     tracing::debug!(%method, uri = %req.uri(), "request");
+    // What `system:public-info-viewer` grants everyone, authenticated or not.
     match path.as_str() {
         "/healthz" | "/readyz" | "/livez" => {
             let mut r = Response::new(full("ok"));
@@ -257,23 +259,14 @@ async fn handle(state: Arc<ServerState>, req: Request<Incoming>) -> Response<Bod
             );
             return r;
         }
+        "/version" | "/version/" => {
+            return json_response(StatusCode::OK, &discovery::version());
+        }
         _ => {}
     }
-    // Besides the admin token, tokens registered in the store (the service-account tokens the Docker
-    // kubelet hands to pods) authenticate. Authorisation is permissive: every authenticated user may do
-    // everything, so a pod's service account acts with the admin's rights.
-    let authorized = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .is_some_and(|t| t.trim() == state.token || state.store.token_user(t.trim()).is_some());
-    if !authorized {
+    let Some(user) = review::authenticate(&state, &req) else {
         return error_response(&Error::Unauthorized);
-    }
-    if path == "/version" {
-        return json_response(StatusCode::OK, &discovery::version());
-    }
+    };
     if path == "/openapi/v3" {
         let resources = state.store.resources();
         return json_response(StatusCode::OK, &discovery::openapi_v3_index(&resources));
@@ -305,7 +298,7 @@ async fn handle(state: Arc<ServerState>, req: Request<Incoming>) -> Response<Bod
         Route::Discovery(doc) if method == Method::GET => json_response(StatusCode::OK, &doc),
         Route::Discovery(_) => error_response(&Error::MethodNotAllowed),
         Route::NotFound => error_response(&Error::ResourceNotFound),
-        Route::Resource(p) => match resource_request(&state, req, p).await {
+        Route::Resource(p) => match resource_request(&state, req, p, &user).await {
             Ok(r) => r,
             Err(e) => error_response(&e),
         },
@@ -377,11 +370,15 @@ async fn resource_request(
     state: &ServerState,
     req: Request<Incoming>,
     p: ApiPath,
+    user: &review::User,
 ) -> Result<Response<Body>, Error> {
     let gr = GroupResource::new(&p.group, &p.resource);
     let info = state.store.resource(&gr)?;
     if !info.serves(&p.version) {
         return Err(Error::ResourceNotFound);
+    }
+    if info.review {
+        return review::answer(&info, req, &p, user).await;
     }
     if info.namespaced != p.namespace.is_some() && p.name.is_some() {
         return Err(Error::ResourceNotFound);

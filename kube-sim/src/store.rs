@@ -43,6 +43,7 @@ use crate::lock::{MutexExt as _, RwLockExt as _};
 use crate::meta::metadata_mut;
 use crate::resource::{self, GroupResource, ResourceInfo};
 
+mod admission;
 mod create;
 mod delete;
 mod error;
@@ -54,6 +55,7 @@ mod update;
 
 use history::{EventKind, LogEntry, push_event};
 
+pub use admission::SERVICE_ACCOUNT_PATH;
 pub use error::{Error, Result};
 pub use history::{WatchEvent, Watcher};
 pub use options::{

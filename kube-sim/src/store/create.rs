@@ -68,6 +68,9 @@ impl Store {
         if gr == GroupResource::new("", "services") {
             allocate_cluster_ip(st, &mut obj);
         }
+        if gr == GroupResource::pods() {
+            super::admission::admit_pod(st, &ns, &mut obj);
+        }
         validate(info, &obj)?;
         stamp_system_metadata(info, &mut obj);
         if let Managed::Update(manager) = managed {

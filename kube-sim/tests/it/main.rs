@@ -12,6 +12,7 @@ mod oci;
 mod rollout;
 mod scale;
 mod semantics;
+mod startup;
 
 use std::path::Path;
 use std::process::Output;
