@@ -298,6 +298,7 @@ impl Sim {
         let store = Store::new(store::StoreConfig {
             history: config.watch_history,
         });
+        machinery::publish_namespace_defaults(&store, ca_pem.as_deref().unwrap_or_default());
         let (shutdown, shutdown_rx) = watch::channel(false);
         let state = Arc::new(server::ServerState {
             store: store.clone(),

@@ -162,25 +162,32 @@ pub async fn run_namespace_controller(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut changes = store.subscribe_changes();
-    let namespaces = GroupResource::namespaces();
     loop {
         changes.borrow_and_update();
         store.finalize_namespaces();
-        if let Ok(list) = store.list(&namespaces, None, &ListOptions::default()) {
-            for ns in list
-                .items
-                .iter()
-                .filter(|n| n.pointer("/metadata/deletionTimestamp").is_none())
-            {
-                let name = meta::name_of(ns);
-                ensure_default_service_account(&store, name);
-                ensure_root_ca(&store, name, &ca_pem);
-            }
-        }
+        publish_namespace_defaults(&store, &ca_pem);
         tokio::select! {
             r = changes.changed() => if r.is_err() { return },
             _ = shutdown.wait_for(|s| *s) => return,
         }
+    }
+}
+
+/// Gives every namespace that is not terminating its `default` service account and its
+/// [`ROOT_CA_CONFIG_MAP`]; [`crate::Sim::start`] runs it once before serving, so they are there from the
+/// first request.
+pub fn publish_namespace_defaults(store: &Store, ca_pem: &str) {
+    let Ok(list) = store.list(&GroupResource::namespaces(), None, &ListOptions::default()) else {
+        return;
+    };
+    for ns in list
+        .items
+        .iter()
+        .filter(|n| n.pointer("/metadata/deletionTimestamp").is_none())
+    {
+        let name = meta::name_of(ns);
+        ensure_default_service_account(store, name);
+        ensure_root_ca(store, name, ca_pem);
     }
 }
 

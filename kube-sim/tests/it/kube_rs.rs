@@ -292,7 +292,11 @@ async fn streaming_list_watcher_gets_initial_events_and_the_end_bookmark() {
         }
     }
     names.sort();
-    assert_eq!(names, ["one", "two"]);
+    assert_eq!(
+        names,
+        ["kube-root-ca.crt", "one", "two"],
+        "with the published CA"
+    );
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "three"}})).unwrap();
     cms.create(&PostParams::default(), &cm).await.unwrap();
     match tokio::time::timeout(DEADLINE, stream.next())
