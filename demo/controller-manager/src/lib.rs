@@ -5,10 +5,12 @@
 //! [`workerpool`] declares the resource, [`deployment`] turns one into the
 //! Deployment it owns, [`status`] reads a Deployment back into the
 //! WorkerPool's status, and [`controller`] runs the loop that keeps both
-//! in step. The binary only connects and waits for a signal.
+//! in step; [`leader`] runs it only while this instance holds the Lease.
+//! The binary only connects and waits for a signal.
 
 pub mod controller;
 pub mod deployment;
+pub mod leader;
 pub mod status;
 pub mod workerpool;
 

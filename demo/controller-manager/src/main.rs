@@ -1,6 +1,7 @@
 //! `controller-manager`: runs the WorkerPool controller against the cluster
 //! of the ambient configuration (in-cluster service account, or
-//! `KUBECONFIG`), until SIGTERM or SIGINT.
+//! `KUBECONFIG`) while it holds the `controller-manager` Lease, until SIGTERM
+//! or SIGINT, or until the Lease is lost.
 
 use anyhow::Context as _;
 use kube::Client;
@@ -30,6 +31,7 @@ async fn main() -> anyhow::Result<()> {
         };
         info!(signal = name, "shutting down");
     };
-    controller_manager::run(client, shutdown).await;
+    let election = controller_manager::leader::Election::in_cluster();
+    controller_manager::leader::run_elected(client, election, shutdown).await?;
     Ok(())
 }

@@ -12,12 +12,14 @@ use std::{collections::BTreeMap, fmt::Debug, time::Duration};
 use controller_manager::{
     WorkerPool, WorkerPoolSpec,
     deployment::POOL_LABEL,
+    leader::{self, Election},
     workerpool::{AVAILABLE, PROGRESSING},
 };
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::{
     api::{
         apps::v1::Deployment,
+        coordination::v1::Lease,
         core::v1::{Container, Event, Namespace, Pod, PodSpec, PodTemplateSpec},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -53,7 +55,37 @@ const TEST_NODE: &str = "test-node";
 struct Cluster {
     sim: Sim,
     client: Client,
-    controller: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+    controller: Option<Candidate>,
+}
+
+/// A controller-manager in the election for the `controller-manager`
+/// Lease, as a pod runs it: it reconciles only while it leads.
+type Candidate = (oneshot::Sender<()>, JoinHandle<Result<(), leader::Error>>);
+
+/// Starts a candidate named `identity`.
+fn candidate(client: &Client, identity: &str) -> Candidate {
+    let (stop, stopped) = oneshot::channel::<()>();
+    // A short Lease, so a waiting candidate notices a release soon.
+    let election = Election {
+        duration: Duration::from_secs(3),
+        grace: Duration::from_secs(1),
+        ..Election::new(NAMESPACE, identity)
+    };
+    let task = tokio::spawn(leader::run_elected(client.clone(), election, async move {
+        stopped.await.ok();
+    }));
+    (stop, task)
+}
+
+/// Stops a candidate, which releases the Lease if it holds it.
+async fn stop(candidate: Candidate) {
+    let (stop, task) = candidate;
+    stop.send(()).ok();
+    tokio::time::timeout(DEADLINE, task)
+        .await
+        .expect("the controller stops within the deadline")
+        .unwrap()
+        .expect("the election ends cleanly");
 }
 
 impl Cluster {
@@ -109,20 +141,11 @@ impl Cluster {
 
     fn start_controller(&mut self) {
         assert!(self.controller.is_none(), "the controller already runs");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(controller_manager::run(self.client.clone(), async move {
-            stopped.await.ok();
-        }));
-        self.controller = Some((stop, task));
+        self.controller = Some(candidate(&self.client, "first"));
     }
 
     async fn stop_controller(&mut self) {
-        let (stop, task) = self.controller.take().expect("the controller runs");
-        stop.send(()).ok();
-        tokio::time::timeout(DEADLINE, task)
-            .await
-            .expect("the controller stops within the deadline")
-            .unwrap();
+        stop(self.controller.take().expect("the controller runs")).await;
     }
 
     async fn shutdown(mut self) {
@@ -654,5 +677,67 @@ async fn deleting_the_workerpool_garbage_collects_its_deployment() {
     .await;
     let pool = cluster.pools().get_opt(POOL).await.unwrap();
     assert!(pool.is_none(), "the WorkerPool is gone too");
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn only_the_lease_holder_reconciles_and_a_stopped_leader_hands_over() {
+    let mut cluster = Cluster::running().await;
+    let leases = Api::<Lease>::namespaced(cluster.client.clone(), NAMESPACE);
+    let held_by = |who: &'static str| {
+        move |l: Option<&Lease>| {
+            l.and_then(|l| l.spec.as_ref()?.holder_identity.as_deref()) == Some(who)
+        }
+    };
+    wait_for(
+        leases.clone(),
+        "controller-manager",
+        "the first to lead",
+        held_by("first"),
+    )
+    .await;
+    let second = candidate(&cluster.client, "second");
+    cluster.create_pool(1).await;
+    cluster.deployment_where("the Deployment", |_| true).await;
+    let lease = leases.get("controller-manager").await.unwrap();
+    assert_eq!(
+        lease.spec.unwrap().holder_identity.as_deref(),
+        Some("first"),
+        "the second candidate waits"
+    );
+
+    cluster.stop_controller().await;
+    wait_for(
+        leases.clone(),
+        "controller-manager",
+        "the second to lead",
+        held_by("second"),
+    )
+    .await;
+    cluster
+        .pools()
+        .patch(
+            POOL,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    cluster
+        .deployment_where("the new leader to scale the Deployment", |d| {
+            d.spec.replicas == Some(3)
+        })
+        .await;
+    stop(second).await;
+    let released = leases
+        .get("controller-manager")
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    assert_eq!(
+        released.holder_identity, None,
+        "a stopped leader releases the Lease"
+    );
     cluster.shutdown().await;
 }
