@@ -301,8 +301,9 @@ pub(crate) fn until(t: jiff::Timestamp) -> Duration {
     Duration::from_millis(ms.max(0) as u64)
 }
 
-/// Records a core/v1 Event about an object, as client-go's event recorder writes it. Failures are only
-/// logged: events are best effort in Kubernetes too.
+/// Records a core/v1 Event about an object, as client-go's event recorder writes it; a `fieldPath` next
+/// to the object's `metadata` (`spec.containers{app}`) names the part of it the event is about. Failures
+/// are only logged: events are best effort in Kubernetes too.
 pub(crate) fn record_event(
     store: &Store,
     involved: &Value,
@@ -323,6 +324,7 @@ pub(crate) fn record_event(
             "namespace": ns, "name": meta::name_of(involved),
             "uid": involved.pointer("/metadata/uid"),
             "resourceVersion": involved.pointer("/metadata/resourceVersion"),
+            "fieldPath": involved.get("fieldPath"),
         },
         "reason": reason,
         "message": message,

@@ -297,7 +297,19 @@ async fn bind<R: ContainerRuntime>(k: Arc<Kubelet<R>>, pod: Value) {
             current,
             &WriteOptions::manager("kube-scheduler"),
         ) {
-            Ok(_) => return,
+            Ok(bound) => {
+                let node = &k.config.node_name;
+                let message = format!("Successfully assigned {ns}/{name} to {node}");
+                crate::controller::record_event(
+                    &k.store,
+                    &bound,
+                    "default-scheduler",
+                    "Normal",
+                    "Scheduled",
+                    &message,
+                );
+                return;
+            }
             Err(store::Error::Conflict { .. }) => continue,
             Err(e) => {
                 tracing::warn!(pod = %name, error = %e, "binding failed");

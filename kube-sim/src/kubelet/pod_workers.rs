@@ -266,7 +266,12 @@ pub(super) async fn start_container<R: ContainerRuntime>(
         return;
     }
     let id = match k.runtime.start(pod, &run.containers[i].spec, &pulled).await {
-        Ok(id) => id,
+        Ok(id) => {
+            let name = run.containers[i].name.clone();
+            container_event(k, run, i, "Created", &format!("Created container: {name}"));
+            container_event(k, run, i, "Started", &format!("Started container {name}"));
+            id
+        }
         Err(message) => {
             let c = &mut run.containers[i];
             c.stage = Stage::ConfigError { message };
@@ -295,10 +300,17 @@ async fn pull_image<R: ContainerRuntime>(
     let cached = k.runtime.cached(reference);
     let pulled = match (policy.as_str(), cached) {
         ("Always", _) | (_, None) if policy != "Never" => {
+            container_event(k, run, i, "Pulling", &format!("Pulling image \"{image}\""));
+            let started = Instant::now();
             tokio::time::sleep(cfg.pull_delay).await;
             match k.runtime.pull(reference).await {
                 Ok(p) => {
                     run.containers[i].pull_failures = 0;
+                    let took = humanize(started.elapsed());
+                    let message = format!(
+                        "Successfully pulled image \"{image}\" in {took} ({took} including waiting)"
+                    );
+                    container_event(k, run, i, "Pulled", &message);
                     p
                 }
                 Err(e) => {
@@ -321,7 +333,11 @@ async fn pull_image<R: ContainerRuntime>(
                 }
             }
         }
-        (_, Some(p)) => p,
+        (_, Some(p)) => {
+            let message = format!("Container image \"{image}\" already present on machine");
+            container_event(k, run, i, "Pulled", &message);
+            p
+        }
         (_, None) => {
             let c = &mut run.containers[i];
             c.stage = Stage::PullFailed {
@@ -438,6 +454,20 @@ pub(super) fn container_exited<R: ContainerRuntime>(
         c.name
     );
     event(k, run, "Warning", "BackOff", &message);
+}
+
+/// Records an event about container `i` of the pod, from the kubelet.
+pub(super) fn container_event<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &PodRun,
+    i: usize,
+    reason: &str,
+    message: &str,
+) {
+    let involved = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": run.name, "namespace": run.namespace, "uid": run.uid},
+        "fieldPath": format!("spec.containers{{{}}}", run.containers[i].name)});
+    crate::controller::record_event(&k.store, &involved, MANAGER, "Normal", reason, message);
 }
 
 /// Records an event about the pod, from the kubelet.

@@ -235,3 +235,49 @@ async fn get_json(sim: &Sim, what: &[&str]) -> Value {
     let args = [&["get"], what, &["-o", "json"]].concat();
     serde_json::from_str(&kubectl_ok(sim, &args).await).expect("kubectl prints JSON")
 }
+
+#[tokio::test]
+async fn kubectl_describe_shows_what_the_scheduler_and_the_kubelet_did() {
+    let registry = crate::oci::Registry::start().await;
+    registry.push("app", "v1", &[]).await;
+    let sim = registry.sim(|_| {}).await;
+    let image = format!("localhost:{}/app:v1", registry.port);
+    let (_dir, path) = crate::manifest(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: solo}}\nspec:\n  containers: [{{name: app, image: \"{image}\"}}]\n",
+    ));
+    kubectl_ok(&sim, &["apply", "-f", path.to_str().unwrap()]).await;
+    kubectl_ok(
+        &sim,
+        &["wait", "--for=condition=Ready", "pod/solo", "--timeout=15s"],
+    )
+    .await;
+    let described = kubectl_ok(&sim, &["describe", "pod", "solo"]).await;
+    let events = described
+        .split("Events:")
+        .nth(1)
+        .expect("an Events section");
+    let pulling = format!("Pulling image \"{image}\"");
+    let pulled = format!("Successfully pulled image \"{image}\" in ");
+    for (reason, from, message) in [
+        (
+            "Scheduled",
+            "default-scheduler",
+            "Successfully assigned default/solo to ",
+        ),
+        ("Pulling", "kubelet", pulling.as_str()),
+        ("Pulled", "kubelet", pulled.as_str()),
+        ("Created", "kubelet", "Created container: app"),
+        ("Started", "kubelet", "Started container app"),
+    ] {
+        let line = events
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(reason))
+            .unwrap_or_else(|| panic!("no {reason} event in:\n{events}"));
+        assert!(line.contains(from) && line.contains(message), "{line}");
+    }
+    let app_events = get_json(&sim, &["events", "--field-selector", "reason=Started"]).await;
+    assert_eq!(
+        app_events["items"][0]["involvedObject"]["fieldPath"],
+        "spec.containers{app}"
+    );
+}
