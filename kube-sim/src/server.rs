@@ -391,7 +391,7 @@ async fn resource_request(
         Some("status") if info.status_subresource => {}
         Some("scale") if info.scale_subresource => {}
         Some("log") if info.log_subresource => {}
-        Some(_) => return Err(Error::ResourceNotFound),
+        Some(sub) => return Err(not_served(&gr, sub)),
     }
     let q = Query::parse(req.uri().query());
     let accept = req
@@ -443,4 +443,23 @@ fn streamed(
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     r
+}
+
+/// Why a subresource Kubernetes serves is not served here, as a Status that says so; a 404 for the rest.
+fn not_served(gr: &GroupResource, subresource: &str) -> Error {
+    let why = match (gr.group.as_str(), gr.resource.as_str(), subresource) {
+        ("", "pods", "exec" | "attach") => {
+            "kube-sim does not run commands in containers: use `docker exec` on the pod's container \
+             (Docker kubelet) or a test double (virtual kubelet, which runs no containers)"
+        }
+        ("", "pods", "portforward") | ("", "pods" | "services" | "nodes", "proxy") => {
+            "kube-sim does not forward or proxy connections: with the Docker kubelet, reach the pod's \
+             container on its Docker network"
+        }
+        ("", "pods", "eviction" | "binding" | "ephemeralcontainers" | "resize") => {
+            "kube-sim does not serve this pod subresource"
+        }
+        _ => return Error::ResourceNotFound,
+    };
+    Error::NotImplemented(format!("{}/{subresource}: {why}", gr.resource))
 }

@@ -83,6 +83,9 @@ pub enum Error {
     /// The request was not authenticated.
     #[error("Unauthorized")]
     Unauthorized,
+    /// Kubernetes serves this, kube-sim does not; the message says what and why.
+    #[error("{0}")]
+    NotImplemented(String),
 }
 
 impl Error {
@@ -100,6 +103,7 @@ impl Error {
             Error::Expired(_) => 410,
             Error::MethodNotAllowed => 405,
             Error::Unauthorized => 401,
+            Error::NotImplemented(_) => 501,
         }
     }
 
@@ -116,6 +120,7 @@ impl Error {
             Error::Expired(_) => "Expired",
             Error::MethodNotAllowed => "MethodNotAllowed",
             Error::Unauthorized => "Unauthorized",
+            Error::NotImplemented(_) => "NotImplemented",
         }
     }
 

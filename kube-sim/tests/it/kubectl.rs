@@ -280,4 +280,19 @@ async fn kubectl_describe_shows_what_the_scheduler_and_the_kubelet_did() {
         app_events["items"][0]["involvedObject"]["fieldPath"],
         "spec.containers{app}"
     );
+    for (args, says) in [
+        (
+            vec!["exec", "solo", "--", "true"],
+            "does not run commands in containers",
+        ),
+        (
+            vec!["port-forward", "pod/solo", "0:80"],
+            "does not forward or proxy",
+        ),
+    ] {
+        let out = crate::kubectl_at(sim.kubeconfig_path(), &args).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} fails");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
 }
