@@ -167,6 +167,9 @@ pub struct ResourceInfo {
     /// Whether this is a review: `create` is its only verb, answered at once and never stored
     /// (`SelfSubjectAccessReview`, `SelfSubjectReview`).
     pub review: bool,
+    /// Where objects of another group are kept when this resource is a second view of them
+    /// (`events.k8s.io` Events are core Events).
+    pub stored_as: Option<GroupResource>,
     /// How `generation` moves.
     pub generation: GenerationRule,
     /// Built-in or custom.
@@ -177,6 +180,13 @@ impl ResourceInfo {
     /// The group/resource key of this resource.
     pub fn group_resource(&self) -> GroupResource {
         GroupResource::new(&self.group, &self.plural)
+    }
+
+    /// The group/resource its objects are stored under: its own, or the one it is a view of.
+    pub fn storage(&self) -> GroupResource {
+        self.stored_as
+            .clone()
+            .unwrap_or_else(|| self.group_resource())
     }
 
     /// The preferred version.
@@ -243,6 +253,7 @@ struct BuiltIn {
     status: bool,
     scale: bool,
     review: bool,
+    stored_as: Option<(&'static str, &'static str)>,
     generation: GenerationRule,
 }
 
@@ -268,7 +279,16 @@ impl BuiltIn {
             status: false,
             scale: false,
             review: false,
+            stored_as: None,
             generation: GenerationRule::None,
+        }
+    }
+
+    /// A second view of the objects of another group/resource.
+    const fn stored_as(self, group: &'static str, resource: &'static str) -> BuiltIn {
+        BuiltIn {
+            stored_as: Some((group, resource)),
+            ..self
         }
     }
 
@@ -342,6 +362,9 @@ const BUILT_INS: &[BuiltIn] = &[
     )
     .short(&["sa"]),
     BuiltIn::new("", "v1", "events", "event", "Event").short(&["ev"]),
+    BuiltIn::new("events.k8s.io", "v1", "events", "event", "Event")
+        .short(&["ev"])
+        .stored_as("", "events"),
     BuiltIn::new("", "v1", "pods", "pod", "Pod")
         .short(&["po"])
         .in_all()
@@ -442,6 +465,7 @@ pub fn built_ins() -> Vec<ResourceInfo> {
             scale_subresource: b.scale,
             log_subresource: b.plural == "pods",
             review: b.review,
+            stored_as: b.stored_as.map(|(g, r)| GroupResource::new(g, r)),
             generation: b.generation,
             origin: Origin::BuiltIn,
         })
@@ -507,6 +531,7 @@ pub fn from_crd(crd: &Value) -> Option<ResourceInfo> {
         scale_subresource: scale,
         log_subresource: false,
         review: false,
+        stored_as: None,
         generation: GenerationRule::NonMetadata,
         origin: Origin::Custom(CustomInfo {
             crd_name: crd

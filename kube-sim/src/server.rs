@@ -20,6 +20,7 @@ use crate::discovery;
 use crate::resource::{GroupResource, ResourceInfo};
 use crate::store::{Error, FieldValidation, Store};
 
+mod convert;
 mod handlers;
 mod review;
 mod watch;
@@ -346,7 +347,8 @@ fn dry_run(q: &Query) -> bool {
 }
 
 /// Sets the `apiVersion` an object is returned with (custom resources may be read at any served version).
-fn present(info: &ResourceInfo, version: &str, mut obj: Value) -> Value {
+fn present(info: &ResourceInfo, version: &str, obj: Value) -> Value {
+    let mut obj = convert::outgoing(info, obj);
     if let Value::Object(m) = &mut obj {
         m.insert("apiVersion".into(), json!(info.api_version(version)));
     }
@@ -409,8 +411,8 @@ async fn resource_request(
         .to_string();
     let call = Call {
         state,
+        gr: info.storage(),
         info,
-        gr,
         version: p.version,
         namespace: p.namespace,
         q,

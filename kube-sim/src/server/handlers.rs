@@ -159,6 +159,7 @@ impl Call<'_> {
         let (body, _) = read_body(req).await?;
         let obj = parse_json(&body)?;
         check_kind(&self.info, &self.version, &obj)?;
+        let obj = super::convert::incoming(&self.info, obj);
         let created = self
             .store()
             .create(&self.gr, self.ns(), obj, &self.write_options())?;
@@ -179,6 +180,7 @@ impl Call<'_> {
             None => {
                 check_kind(&self.info, &self.version, &obj)?;
                 check_name(&obj, name)?;
+                let obj = super::convert::incoming(&self.info, obj);
                 self.store()
                     .update(Endpoint::Main, &self.gr, self.ns(), obj, &opts)?
             }
@@ -222,6 +224,7 @@ impl Call<'_> {
     ) -> Result<Response<Body>, Error> {
         let (body, content_type) = read_body(req).await?;
         let patch = patch_of(&self.info, &content_type, &body)?;
+        let patch = super::convert::incoming_patch(&self.info, patch);
         let opts = self.patch_options(&patch)?;
         if sub == Some("scale") {
             return self.patch_scale(name, &patch, opts);

@@ -37,9 +37,7 @@ pub(super) fn start_watch(
     let send_initial = q.flag("sendInitialEvents");
     // A streaming list (`sendInitialEvents=true`) replays the current state whatever the version says.
     let from = if send_initial { None } else { from };
-    let watcher = state
-        .store
-        .watch(&info.group_resource(), namespace, from, &opts)?;
+    let watcher = state.store.watch(&info.storage(), namespace, from, &opts)?;
     let timeout = q
         .get("timeoutSeconds")
         .and_then(|t| t.parse::<u64>().ok())

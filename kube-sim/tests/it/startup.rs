@@ -239,3 +239,68 @@ async fn kubectl_auth_says_who_and_what() {
         "{resources}"
     );
 }
+
+#[tokio::test]
+async fn events_published_through_events_k8s_io_read_as_core_events_and_back() {
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let sim = start().await;
+    let client = sim.client().await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let cm = eventually(async || cms.get_opt("kube-root-ca.crt").await.unwrap()).await;
+    let reporter = Reporter {
+        controller: "demo-operator".into(),
+        instance: Some("demo-operator-0".into()),
+    };
+    let recorder = Recorder::new(client.clone(), reporter);
+    let event = Event {
+        type_: EventType::Normal,
+        reason: "Checked".into(),
+        note: Some("the CA is there".into()),
+        action: "Check".into(),
+        secondary: None,
+    };
+    let reference = kube::Resource::object_ref(&cm, &());
+    recorder.publish(&event, &reference).await.unwrap();
+    recorder.publish(&event, &reference).await.unwrap();
+
+    let core = crate::kubectl_ok(
+        &sim,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "reason=Checked",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    let core: serde_json::Value = serde_json::from_str(&core).unwrap();
+    let item = &core["items"][0];
+    assert_eq!(
+        core["items"].as_array().unwrap().len(),
+        1,
+        "one event, patched: {core}"
+    );
+    assert_eq!(item["apiVersion"], "v1");
+    assert_eq!(item["message"], "the CA is there");
+    assert_eq!(item["involvedObject"]["name"], "kube-root-ca.crt");
+    assert_eq!(item["reportingComponent"], "demo-operator");
+    assert_eq!(item["series"]["count"], 2, "the repeat patched the series");
+    let name = item["metadata"]["name"].as_str().unwrap();
+    let view = crate::kubectl_ok(
+        &sim,
+        &["get", "events.v1.events.k8s.io", name, "-o", "json"],
+    )
+    .await;
+    let view: serde_json::Value = serde_json::from_str(&view).unwrap();
+    assert_eq!(view["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(view["note"], "the CA is there");
+    assert_eq!(view["regarding"]["kind"], "ConfigMap");
+    assert!(view.get("message").is_none());
+    let described = crate::kubectl_ok(&sim, &["describe", "configmap", "kube-root-ca.crt"]).await;
+    assert!(
+        described.contains("Checked") && described.contains("the CA is there"),
+        "{described}"
+    );
+}
