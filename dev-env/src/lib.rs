@@ -27,6 +27,7 @@ pub mod rollout;
 pub mod state;
 pub mod status;
 pub mod wait;
+pub mod watch;
 
 /// `err` and its causes joined by `: `, each once, as `cargo xtask` prints
 /// them after `error: `. A cause whose text the message so far already
