@@ -39,11 +39,11 @@ pub enum Error {
     },
     #[error("package `{package}` is not in the cargo workspace at {root}")]
     NoPackage { package: String, root: PathBuf },
-    #[error("cannot read {path}")]
+    #[error("cannot read the `.dockerignore` of {context}")]
     DockerIgnore {
-        path: PathBuf,
+        context: PathBuf,
         #[source]
-        source: crate::image::context::Error,
+        source: Box<crate::image::context::Error>,
     },
 }
 
@@ -111,8 +111,8 @@ impl Inputs {
                 } => {
                     let ignore =
                         DockerIgnore::load(context).map_err(|source| Error::DockerIgnore {
-                            path: context.join(".dockerignore"),
-                            source,
+                            context: context.clone(),
+                            source: Box::new(source),
                         })?;
                     sources.context = Some((context.clone(), ignore));
                     sources.files.push(dockerfile.clone());
