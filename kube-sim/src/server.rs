@@ -21,6 +21,7 @@ use crate::resource::{GroupResource, ResourceInfo};
 use crate::store::{Error, FieldValidation, Store};
 
 mod handlers;
+pub mod protobuf;
 mod watch;
 
 use handlers::Call;
@@ -402,6 +403,7 @@ async fn resource_request(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    protobuf::check_accept(accept, p.subresource.as_deref() == Some("log"))?;
     let table = crate::table::wants_table(accept)
         .then(|| crate::table::IncludeObject::parse(q.get("includeObject")));
     let user_agent = req
