@@ -190,3 +190,209 @@ async fn clients_accepting_only_protobuf_are_not_acceptable() {
     assert_eq!(code, 200, "{text}");
     assert_eq!(json(&text)["kind"], "ConfigMapList");
 }
+
+/// A Kubernetes protobuf body: the magic prefix and a `runtime.Unknown` holding `message`.
+fn protobuf_body(api_version: &str, kind: &str, message: &impl prost::Message) -> Vec<u8> {
+    use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown};
+    use prost::Message as _;
+    let unknown = Unknown {
+        type_meta: Some(TypeMeta {
+            api_version: Some(api_version.into()),
+            kind: Some(kind.into()),
+        }),
+        raw: Some(message.encode_to_vec()),
+        content_encoding: None,
+        content_type: None,
+    };
+    [b"k8s\0".as_slice(), &unknown.encode_to_vec()].concat()
+}
+
+/// Sends a protobuf body through a kube client: the status code and the (JSON) body text.
+async fn send_protobuf(
+    client: &kube::Client,
+    method: http::Method,
+    uri: &str,
+    body: Vec<u8>,
+) -> (u16, String) {
+    use http_body_util::BodyExt as _;
+    let req = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header(
+            http::header::CONTENT_TYPE,
+            "application/vnd.kubernetes.protobuf",
+        )
+        .header(
+            http::header::ACCEPT,
+            "application/vnd.kubernetes.protobuf,application/json",
+        )
+        .body(kube::client::Body::from(body))
+        .expect("a valid request");
+    let res = tokio::time::timeout(DEADLINE, client.send(req))
+        .await
+        .expect("the request finishes within the deadline")
+        .expect("the request is sent");
+    let code = res.status().as_u16();
+    let bytes = res.into_body().collect().await.expect("a body").to_bytes();
+    (code, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_bodies_create_update_and_delete() {
+    use k8s_pb::api::core::v1::ConfigMap;
+    use k8s_pb::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta};
+    let sim = start().await;
+    let client = sim.client().await.expect("a client");
+    let uri = "/api/v1/namespaces/default/configmaps";
+    let mut cm = ConfigMap {
+        metadata: Some(ObjectMeta {
+            name: Some("pb".into()),
+            ..Default::default()
+        }),
+        data: [("a".to_string(), "b".to_string())].into(),
+        binary_data: [("bin".to_string(), vec![0, 1, 2])].into(),
+        ..Default::default()
+    };
+    let body = protobuf_body("v1", "ConfigMap", &cm);
+    let (code, text) = send_protobuf(&client, http::Method::POST, uri, body).await;
+    assert_eq!(code, 201, "{text}");
+    let created = json(&text);
+    assert_eq!(created["data"]["a"], "b");
+    assert_eq!(created["binaryData"]["bin"], "AAEC");
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("a resourceVersion");
+
+    if let Some(m) = cm.metadata.as_mut() {
+        m.resource_version = Some(rv.to_string());
+    }
+    cm.data = [("a".to_string(), "c".to_string())].into();
+    let body = protobuf_body("v1", "ConfigMap", &cm);
+    let (code, text) = send_protobuf(&client, http::Method::PUT, &format!("{uri}/pb"), body).await;
+    assert_eq!(code, 200, "{text}");
+    assert_eq!(json(&text)["data"]["a"], "c");
+
+    let options = DeleteOptions {
+        grace_period_seconds: Some(0),
+        ..Default::default()
+    };
+    let body = protobuf_body("v1", "DeleteOptions", &options);
+    let (code, text) =
+        send_protobuf(&client, http::Method::DELETE, &format!("{uri}/pb"), body).await;
+    assert_eq!(code, 200, "{text}");
+    let (code, _) = crate::get(&client, &format!("{uri}/pb")).await;
+    assert_eq!(code, 404, "the ConfigMap is gone");
+
+    let garbage = b"k8s\0\x0a\xff".to_vec();
+    let (code, text) = send_protobuf(&client, http::Method::POST, uri, garbage).await;
+    assert_eq!(code, 400, "{text}");
+    assert_eq!(json(&text)["reason"], "BadRequest");
+}
+
+/// An object as stored, with its managed fields, without what differs between two creates of the
+/// same object (name, identity, times, the status controllers write).
+fn comparable(mut obj: Value, name: &str) -> Value {
+    let text = obj.to_string().replace(&format!("\"{name}\""), "\"NAME\"");
+    obj = serde_json::from_str(&text).expect("still JSON");
+    if let Some(o) = obj.as_object_mut() {
+        o.remove("status");
+    }
+    let meta = obj["metadata"].as_object_mut().expect("metadata");
+    for key in ["uid", "resourceVersion", "creationTimestamp"] {
+        meta.remove(key);
+    }
+    // An object with no fields set (a bare ServiceAccount) has no managed fields.
+    let managed = meta.get_mut("managedFields").and_then(Value::as_array_mut);
+    for entry in managed.into_iter().flatten() {
+        entry.as_object_mut().expect("an entry").remove("time");
+    }
+    obj
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_creates_store_what_json_creates_store() {
+    let sim = start().await;
+    let cases: [(&str, &[&str]); 3] = [
+        (
+            "deployment",
+            &["deployment", "--image=nginx", "--replicas=2"],
+        ),
+        (
+            "secret",
+            &["secret", "generic", "--from-literal=a=b", "--type=Opaque"],
+        ),
+        ("serviceaccount", &["serviceaccount"]),
+    ];
+    for (kind, create) in cases {
+        let (head, flags) = create.split_at(if kind == "secret" { 2 } else { 1 });
+        let typed = [&["create"], head, &["pb"], flags].concat();
+        kubectl_ok(&sim, &typed).await;
+        let client_side = [
+            &["create"],
+            head,
+            &["js"],
+            flags,
+            &["--dry-run=client", "-o", "json"],
+        ];
+        let printed = kubectl_ok(&sim, &client_side.concat()).await;
+        let (_dir, path) = crate::manifest(&printed);
+        kubectl_ok(&sim, &["create", "-f", path.to_str().unwrap()]).await;
+        let get = |name| [kind, name, "--show-managed-fields"];
+        let from_protobuf = comparable(get_json(&sim, &get("pb")).await, "pb");
+        let from_json = comparable(get_json(&sim, &get("js")).await, "js");
+        assert_eq!(from_protobuf, from_json, "{kind}");
+        if kind != "serviceaccount" {
+            let manager = &from_protobuf["metadata"]["managedFields"][0]["manager"];
+            assert_eq!(manager, "kubectl-create", "{kind}: the field sets compared");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_creates_roles_and_bindings() {
+    let sim = start().await;
+    let creates: [&[&str]; 4] = [
+        &["create", "role", "r", "--verb=get,list", "--resource=pods"],
+        &[
+            "create",
+            "rolebinding",
+            "rb",
+            "--role=r",
+            "--serviceaccount=default:robot",
+        ],
+        &[
+            "create",
+            "clusterrole",
+            "cr",
+            "--verb=get",
+            "--resource=nodes",
+        ],
+        &[
+            "create",
+            "clusterrolebinding",
+            "crb",
+            "--clusterrole=cr",
+            "--user=ann",
+        ],
+    ];
+    for args in creates {
+        let out = kubectl_ok(&sim, args).await;
+        assert!(out.contains("created"), "{out}");
+    }
+    let role = get_json(&sim, &["role", "r"]).await;
+    assert_eq!(
+        role["rules"][0]["verbs"],
+        serde_json::json!(["get", "list"])
+    );
+    assert_eq!(role["rules"][0]["resources"], serde_json::json!(["pods"]));
+    let binding = get_json(&sim, &["rolebinding", "rb"]).await;
+    assert_eq!(binding["roleRef"]["name"], "r");
+    assert_eq!(binding["subjects"][0]["kind"], "ServiceAccount");
+    assert_eq!(binding["subjects"][0]["namespace"], "default");
+    let cluster_binding = get_json(&sim, &["clusterrolebinding", "crb"]).await;
+    assert_eq!(cluster_binding["subjects"][0]["name"], "ann");
+    assert_eq!(
+        cluster_binding["roleRef"]["apiGroup"],
+        "rbac.authorization.k8s.io"
+    );
+}
