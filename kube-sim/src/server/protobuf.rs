@@ -122,9 +122,10 @@ fn media_type(value: &str) -> String {
 /// The object a create, update or delete body holds, by its `Content-Type` (JSON when unset):
 /// JSON, YAML or protobuf; any other media type is `415 UnsupportedMediaType`.
 pub fn object_body(content_type: Option<&str>, body: &[u8]) -> Result<Value, store::Error> {
-    let media = content_type.map_or_else(|| "application/json".to_string(), media_type);
+    let media = content_type.map_or_else(String::new, media_type);
     match media.as_str() {
-        "application/json" => serde_json::from_slice(body).map_err(|e| {
+        // Like kube-apiserver, a body without a media type is read as the first one served.
+        "application/json" | "" => serde_json::from_slice(body).map_err(|e| {
             store::Error::BadRequest(format!("the request body is not valid JSON: {e}"))
         }),
         "application/yaml" => serde_yaml::from_slice(body)
@@ -161,14 +162,17 @@ fn chain(e: &dyn std::error::Error) -> String {
 }
 
 /// Checks that a response the server writes (JSON, or plain text for logs when `text` is set) is
-/// one the client's `Accept` allows; an empty `Accept` allows anything.
+/// one the client's `Accept` allows; an empty `Accept` allows anything. A client asking for YAML
+/// gets JSON, which YAML parsers read.
 pub fn check_accept(accept: &str, text: bool) -> Result<(), store::Error> {
     if accept.trim().is_empty() {
         return Ok(());
     }
     let acceptable = accept.split(',').map(media_type).any(|m| {
-        matches!(m.as_str(), "*/*" | "application/*" | "application/json")
-            || (text && matches!(m.as_str(), "text/*" | "text/plain"))
+        matches!(
+            m.as_str(),
+            "*/*" | "application/*" | "application/json" | "application/yaml"
+        ) || (text && matches!(m.as_str(), "text/*" | "text/plain"))
     });
     if acceptable {
         return Ok(());

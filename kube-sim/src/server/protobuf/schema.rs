@@ -87,17 +87,15 @@ impl Schema {
         schema
     }
 
-    /// The message of a kind at an API version, or of a kind alone when the version is unknown
-    /// (`DeleteOptions` is sent with the version of the resource it deletes).
+    /// The message of a kind at an API version. `DeleteOptions` is sent with the version of the
+    /// resource it deletes, so any version finds it.
     pub(super) fn kind(&self, api_version: &str, kind: &str) -> Option<&'static str> {
-        if let Some(m) = self.kinds.get(&(api_version, kind)) {
-            return Some(m);
-        }
-        let mut by_kind = self.kinds.iter().filter(|((_, k), _)| *k == kind);
-        match (by_kind.next(), by_kind.next()) {
-            (Some((_, m)), None) if kind == "DeleteOptions" => Some(m),
+        let exact = self.kinds.get(&(api_version, kind));
+        let any_version = || match kind {
+            "DeleteOptions" => self.kinds.get(&("meta.k8s.io/v1", "DeleteOptions")),
             _ => None,
-        }
+        };
+        exact.or_else(any_version).copied()
     }
 
     /// The fields of a message, by tag.

@@ -205,3 +205,47 @@ fn go_durations_read_as_go_writes_them() {
         assert_eq!(super::special::go_duration(nanos), text);
     }
 }
+
+#[test]
+fn bodies_are_read_by_their_media_type() {
+    use super::object_body;
+    let json = br#"{"kind":"ConfigMap"}"#;
+    for content_type in [None, Some(""), Some("application/json; charset=utf-8")] {
+        let v = object_body(content_type, json).expect("a JSON body");
+        assert_eq!(v["kind"], "ConfigMap", "{content_type:?}");
+    }
+    let yaml = object_body(Some("application/yaml"), b"kind: ConfigMap\n").expect("YAML");
+    assert_eq!(yaml["kind"], "ConfigMap");
+    let pb = envelope("v1", "ConfigMap", &core::ConfigMap::default());
+    let v = object_body(Some("application/vnd.kubernetes.protobuf"), &pb).expect("protobuf");
+    assert_eq!(v, json!({"apiVersion": "v1", "kind": "ConfigMap"}));
+    for unserved in ["application/cbor", "text/plain", "application/x-unknown"] {
+        let e = object_body(Some(unserved), json).expect_err("unserved");
+        assert_eq!(
+            (e.code(), e.reason()),
+            (415, "UnsupportedMediaType"),
+            "{unserved}"
+        );
+    }
+}
+
+#[test]
+fn responses_are_json_for_any_accept_that_allows_it() {
+    use super::check_accept;
+    let kubectl = "application/vnd.kubernetes.protobuf,application/json";
+    for accept in [
+        "",
+        "*/*",
+        kubectl,
+        "application/json;as=Table;v=v1;g=meta.k8s.io",
+    ] {
+        assert!(check_accept(accept, false).is_ok(), "{accept}");
+    }
+    let e = check_accept("application/vnd.kubernetes.protobuf", false).expect_err("protobuf only");
+    assert_eq!((e.code(), e.reason()), (406, "NotAcceptable"));
+    assert!(check_accept("text/plain", true).is_ok(), "logs are text");
+    assert!(
+        check_accept("text/plain", false).is_err(),
+        "objects are not"
+    );
+}
