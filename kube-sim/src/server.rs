@@ -21,7 +21,7 @@ use crate::resource::{GroupResource, ResourceInfo};
 use crate::store::{Error, FieldValidation, Store};
 
 mod handlers;
-pub mod protobuf;
+mod protobuf;
 mod watch;
 
 use handlers::Call;
