@@ -22,6 +22,7 @@ use crate::store::{Error, FieldValidation, Store};
 
 mod convert;
 mod handlers;
+mod protobuf;
 mod review;
 mod watch;
 
@@ -401,6 +402,7 @@ async fn resource_request(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    protobuf::check_accept(accept, p.subresource.as_deref() == Some("log"))?;
     let table = crate::table::wants_table(accept)
         .then(|| crate::table::IncludeObject::parse(q.get("includeObject")));
     let user_agent = req

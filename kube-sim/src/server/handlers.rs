@@ -11,6 +11,7 @@ use hyper::body::{Frame, Incoming};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::protobuf::object_body;
 use super::{
     Body, Query, ServerState, dry_run, field_manager, field_validation, full, json_response,
     parse_json, parse_json_or_yaml, read_body, streamed, with_warnings,
@@ -156,8 +157,8 @@ impl Call<'_> {
 
     /// `POST` to the collection.
     pub(super) async fn create(&self, req: Request<Incoming>) -> Result<Response<Body>, Error> {
-        let (body, _) = read_body(req).await?;
-        let obj = parse_json(&body)?;
+        let (body, content_type) = read_body(req).await?;
+        let obj = object_body(Some(&content_type), &body)?;
         check_kind(&self.info, &self.version, &obj)?;
         let obj = super::convert::incoming(&self.info, obj);
         let created = self
@@ -173,8 +174,8 @@ impl Call<'_> {
         name: &str,
         sub: Option<&str>,
     ) -> Result<Response<Body>, Error> {
-        let (body, _) = read_body(req).await?;
-        let obj = parse_json(&body)?;
+        let (body, content_type) = read_body(req).await?;
+        let obj = object_body(Some(&content_type), &body)?;
         let opts = self.write_options();
         let out = match sub {
             None => {
@@ -304,8 +305,8 @@ impl Call<'_> {
         req: Request<Incoming>,
         name: &str,
     ) -> Result<Response<Body>, Error> {
-        let (body, _) = read_body(req).await?;
-        let opts = delete_options(&self.q, &body)?;
+        let (body, content_type) = read_body(req).await?;
+        let opts = delete_options(&self.q, &content_type, &body)?;
         match self.store().delete(&self.gr, self.ns(), name, &opts)? {
             Deleted::Pending(obj) => Ok(json_response(StatusCode::ACCEPTED, &self.present(obj))),
             Deleted::Gone(obj) => {
@@ -330,8 +331,8 @@ impl Call<'_> {
         &self,
         req: Request<Incoming>,
     ) -> Result<Response<Body>, Error> {
-        let (body, _) = read_body(req).await?;
-        let opts = delete_options(&self.q, &body)?;
+        let (body, content_type) = read_body(req).await?;
+        let opts = delete_options(&self.q, &content_type, &body)?;
         let list_opts = ListOptions {
             label_selector: self.q.get("labelSelector").map(str::to_string),
             field_selector: self.q.get("fieldSelector").map(str::to_string),
@@ -421,7 +422,7 @@ fn success_status(info: &ResourceInfo, obj: &Value) -> Value {
     })
 }
 
-fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, Error> {
+fn delete_options(q: &Query, content_type: &str, body: &[u8]) -> Result<DeleteOptions, Error> {
     let mut opts = DeleteOptions {
         dry_run: dry_run(q),
         ..DeleteOptions::default()
@@ -434,7 +435,7 @@ fn delete_options(q: &Query, body: &[u8]) -> Result<DeleteOptions, Error> {
     }
     opts.propagation_policy = q.get("propagationPolicy").map(str::to_string);
     if !body.iter().all(u8::is_ascii_whitespace) {
-        let v = parse_json(body)?;
+        let v = object_body(Some(content_type), body)?;
         if let Some(g) = v.get("gracePeriodSeconds").and_then(Value::as_i64) {
             opts.grace_period_seconds = Some(g);
         }

@@ -9,7 +9,8 @@ use http::{Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 
-use super::{ApiPath, Body, ServerState, json_response, parse_json, read_body};
+use super::protobuf::object_body;
+use super::{ApiPath, Body, ServerState, json_response, read_body};
 use crate::resource::ResourceInfo;
 use crate::store::Error;
 
@@ -70,8 +71,8 @@ pub async fn answer(
     if req.method() != http::Method::POST || path.name.is_some() {
         return Err(Error::MethodNotAllowed);
     }
-    let (body, _) = read_body(req).await?;
-    let mut review = parse_json(&body)?;
+    let (body, content_type) = read_body(req).await?;
+    let mut review = object_body(Some(&content_type), &body)?;
     let status = match info.kind.as_str() {
         "SelfSubjectReview" => json!({"userInfo": {"username": user.name, "groups": user.groups}}),
         "SelfSubjectRulesReview" => json!({

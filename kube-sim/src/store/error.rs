@@ -64,6 +64,9 @@ pub enum Error {
     /// The patch type is not accepted for this resource.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// No media type the client accepts can be written.
+    #[error("{0}")]
+    NotAcceptable(String),
     /// The operation is refused, for example creating in a terminating namespace.
     #[error("{resource} \"{name}\" is forbidden: {reason}")]
     Forbidden {
@@ -99,6 +102,7 @@ impl Error {
             Error::Invalid { .. } => 422,
             Error::BadRequest(_) => 400,
             Error::UnsupportedMediaType(_) => 415,
+            Error::NotAcceptable(_) => 406,
             Error::Forbidden { .. } => 403,
             Error::Expired(_) => 410,
             Error::MethodNotAllowed => 405,
@@ -116,6 +120,7 @@ impl Error {
             Error::Invalid { .. } => "Invalid",
             Error::BadRequest(_) => "BadRequest",
             Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            Error::NotAcceptable(_) => "NotAcceptable",
             Error::Forbidden { .. } => "Forbidden",
             Error::Expired(_) => "Expired",
             Error::MethodNotAllowed => "MethodNotAllowed",
