@@ -7,6 +7,11 @@
 //! the file so that a waiting run can say whom it waits for. A second run
 //! waits, says so once through its `waiting` callback, and gives up with
 //! [`Error::Timeout`] when the deadline passes.
+//!
+//! A long-running command (`watch`) holds the lock for its whole life as a
+//! [`Session`]; the steps it runs take the lock again, which within that
+//! process is granted at once. State writes of those concurrent steps are
+//! serialised in the process by `state::State::update`.
 
 use std::{
     fs::{File, OpenOptions, TryLockError},
@@ -59,10 +64,46 @@ pub struct Waiting {
     pub holder: Option<u32>,
 }
 
-/// The held lock; released on drop (or when the process ends).
+/// The held lock; released on drop (or when the process ends). Within a
+/// [`Session`] of this process it holds nothing of its own.
 #[derive(Debug)]
 pub struct Lock {
-    _file: File,
+    _file: Option<File>,
+}
+
+/// The state directories whose lock a [`Session`] of this process holds.
+static SESSIONS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// The lock held for a whole run of steps that each take it again.
+#[derive(Debug)]
+pub struct Session {
+    _lock: Lock,
+    state_dir: PathBuf,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let mut sessions = SESSIONS.lock().unwrap_or_else(|p| p.into_inner());
+        sessions.retain(|d| d != &self.state_dir);
+    }
+}
+
+/// Takes the lock of the environment of `config` for a session: until it is
+/// dropped, other processes wait, and this process's own steps go on.
+pub async fn session(
+    config: &crate::config::Config,
+    reporter: &dyn crate::report::Reporter,
+) -> Result<Session, Error> {
+    let lock = environment(config, reporter).await?;
+    let state_dir = config.state_dir();
+    SESSIONS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(state_dir.clone());
+    Ok(Session {
+        _lock: lock,
+        state_dir,
+    })
 }
 
 /// Takes the lock of the environment of `config`, waiting for another
@@ -90,6 +131,14 @@ pub async fn acquire(
     timeout: Duration,
     waiting: &(dyn Fn(&Waiting) + Sync),
 ) -> Result<Lock, Error> {
+    let in_session = SESSIONS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .any(|d| d == state_dir);
+    if in_session {
+        return Ok(Lock { _file: None });
+    }
     let path = state_dir.join(LOCK_FILE);
     let open_err = |source| Error::Open {
         path: path.clone(),
@@ -136,7 +185,7 @@ pub async fn acquire(
         .and_then(|()| file.rewind())
         .and_then(|()| file.write_all(pid.as_bytes()))
         .and_then(|()| file.flush());
-    Ok(Lock { _file: file })
+    Ok(Lock { _file: Some(file) })
 }
 
 fn read_pid(file: &mut File) -> Option<u32> {

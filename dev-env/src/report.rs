@@ -97,6 +97,25 @@ pub enum Event {
     BuildOutput {
         line: String,
     },
+    /// `watch` watches the inputs of `components` in `directories` directories.
+    Watching {
+        components: Vec<String>,
+        directories: usize,
+    },
+    /// `watch` saw saves touching these components (or `manifests`, or the environment file).
+    Saved {
+        touches: Vec<String>,
+    },
+    /// `watch` has Ready pods running `digest` of `component`, `since_save_ms` after the save.
+    Ready {
+        component: String,
+        digest: String,
+        since_save_ms: u64,
+    },
+    /// `watch` could not act on a save and goes on.
+    WatchProblem {
+        message: String,
+    },
 }
 
 /// What happened to one object.
@@ -213,6 +232,25 @@ impl fmt::Display for Event {
                 detail,
             } => write!(f, "{component}: {phase}: {detail}"),
             Event::BuildOutput { line } => f.write_str(line.trim_end()),
+            Event::Watching {
+                components,
+                directories,
+            } => write!(
+                f,
+                "watching {} ({directories} directories); Ctrl-C stops",
+                components.join(", ")
+            ),
+            Event::Saved { touches } => write!(f, "saved: {}", touches.join(", ")),
+            Event::Ready {
+                component,
+                digest,
+                since_save_ms,
+            } => write!(
+                f,
+                "{component}: ready {digest} ({:.1}s after the save)",
+                *since_save_ms as f64 / 1000.0
+            ),
+            Event::WatchProblem { message } => write!(f, "watch: {message}"),
         }
     }
 }

@@ -82,6 +82,9 @@ impl State {
     /// another command recorded is never overwritten with an older copy.
     /// Callers hold the environment's lock (see `lock`).
     pub fn update(dir: &Path, change: impl FnOnce(&mut State)) -> Result<State, Error> {
+        // Steps of one process that share a lock session write one at a time.
+        static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _writing = WRITING.lock().unwrap_or_else(|p| p.into_inner());
         let before = State::load(dir)?;
         let mut after = before.clone();
         change(&mut after);

@@ -42,6 +42,9 @@ pub enum Cmd {
     PushImage(PushImage),
     /// Re-apply the manifests, restart components, and wait for them
     Reload(Reload),
+    /// Bring the environment up, then rebuild, push and roll out every
+    /// component whose sources are saved, until Ctrl-C
+    Watch(Watch),
     /// Run the project's checks: tests (cargo nextest), rustfmt and clippy
     Test(Test),
     /// Measure the loop's figures on this machine (median, min, max)
@@ -147,6 +150,15 @@ pub struct RolloutFlags {
     /// that are terminating already get no traffic)
     #[arg(long)]
     pub wait_for_termination: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct Watch {
+    /// Components to keep running [default: all declared]
+    #[arg(value_name = "COMPONENT")]
+    pub components: Vec<String>,
+    #[command(flatten)]
+    pub rollout: RolloutFlags,
 }
 
 #[derive(Debug, Args)]

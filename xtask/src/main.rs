@@ -12,6 +12,7 @@ mod reload;
 mod report;
 mod summary;
 mod test;
+mod watch;
 
 use std::{
     path::{Path, PathBuf},
@@ -42,6 +43,7 @@ fn try_main(flags: flags::Xtask) -> anyhow::Result<ExitCode> {
         flags::Cmd::Dev(cmd) => cmd.run(sh, ctx),
         flags::Cmd::PushImage(cmd) => cmd.run(sh, ctx),
         flags::Cmd::Reload(cmd) => cmd.run(sh, ctx),
+        flags::Cmd::Watch(cmd) => cmd.run(ctx),
         flags::Cmd::Test(cmd) => cmd.run(sh, ctx),
         flags::Cmd::Bench(cmd) => cmd.run(ctx),
     }
@@ -73,6 +75,11 @@ impl Ctx {
             verbose: global.verbose,
             quiet: global.quiet,
         }
+    }
+
+    /// Where the environment file is.
+    pub(crate) fn config_path(&self) -> &Path {
+        &self.config_path
     }
 
     /// Reads and validates the environment file.

@@ -20,6 +20,8 @@ pub(crate) enum Style {
     Human,
     /// One JSON object per event, on stderr.
     Json,
+    /// One JSON object per event, on stdout: the result of `watch`.
+    JsonOut,
     /// Nothing.
     Quiet,
 }
@@ -66,6 +68,13 @@ impl Terminal {
 
     fn component(&self, multi: &MultiProgress, component: &str, phase: Phase, detail: &str) {
         let mut bars = self.bars.lock().expect("progress lock");
+        // A component that runs again (under `watch`) gets a live bar again.
+        if bars.get(component).is_some_and(|b| b.is_finished())
+            && phase != Phase::Done
+            && let Some(old) = bars.remove(component)
+        {
+            multi.remove(&old);
+        }
         let bar = bars.entry(component.to_string()).or_insert_with(|| {
             let bar = multi.add(ProgressBar::new_spinner());
             bar.set_style(
@@ -93,7 +102,22 @@ impl Reporter for Terminal {
                     eprintln!("{line}");
                 }
             }
+            Style::JsonOut => {
+                if let Ok(line) = serde_json::to_string(event) {
+                    outln!("{line}");
+                }
+            }
             Style::Human => match (event, &self.multi) {
+                (
+                    Event::Ready {
+                        component, digest, ..
+                    },
+                    Some(multi),
+                ) => {
+                    let detail = event.to_string();
+                    let detail = detail.split_once(": ").map_or(digest.as_str(), |(_, d)| d);
+                    self.component(multi, component, Phase::Done, detail);
+                }
                 (
                     Event::Component {
                         component,

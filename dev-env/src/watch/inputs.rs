@@ -58,6 +58,16 @@ pub enum Owner {
     Config,
 }
 
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Owner::Component(name) => f.write_str(name),
+            Owner::Manifests => f.write_str("manifests"),
+            Owner::Config => f.write_str("the environment file"),
+        }
+    }
+}
+
 /// One component's inputs.
 #[derive(Debug, Default)]
 struct Sources {
@@ -142,30 +152,56 @@ impl Inputs {
         })
     }
 
-    /// The directories to watch: every tree, and the directory of every file.
-    pub fn watched(&self) -> BTreeSet<PathBuf> {
+    /// The directories to watch, each on its own (not recursively): every
+    /// directory of every tree that is not ignored, and the directory of
+    /// every single file. A directory made later is watched once the
+    /// inputs are derived again (see [`Inputs::is_new_directory`]).
+    pub fn directories(&self) -> BTreeSet<PathBuf> {
+        let mut trees: Vec<&Path> = Vec::new();
         let mut dirs = BTreeSet::new();
         for s in self.components.values() {
-            dirs.extend(s.trees.iter().cloned());
+            trees.extend(s.trees.iter().map(PathBuf::as_path));
+            trees.extend(s.context.iter().map(|(d, _)| d.as_path()));
             dirs.extend(
                 s.files
                     .iter()
                     .filter_map(|f| f.parent().map(Path::to_path_buf)),
             );
-            dirs.extend(s.context.iter().map(|(d, _)| d.clone()));
         }
         for m in &self.manifests {
-            dirs.insert(if m.is_dir() {
-                m.clone()
+            if m.is_dir() {
+                trees.push(m);
             } else {
-                m.parent().map_or_else(|| m.clone(), Path::to_path_buf)
-            });
+                dirs.extend(m.parent().map(Path::to_path_buf));
+            }
         }
         dirs.extend(self.config.parent().map(Path::to_path_buf));
-        // A directory inside another one is watched through it.
-        let all: Vec<PathBuf> = dirs.iter().cloned().collect();
-        dirs.retain(|d| !all.iter().any(|o| o != d && d.starts_with(o)));
+        for tree in trees {
+            self.walk(tree, &mut dirs);
+        }
         dirs
+    }
+
+    /// Adds `dir` and every directory below it that is not ignored.
+    fn walk(&self, dir: &Path, into: &mut BTreeSet<PathBuf>) {
+        if self.ignored.ignores(dir) || !dir.is_dir() {
+            return;
+        }
+        into.insert(dir.to_path_buf());
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                self.walk(&entry.path(), into);
+            }
+        }
+    }
+
+    /// Whether `path` is a directory made inside an input tree since the
+    /// inputs were derived, so the watch must grow.
+    pub fn is_new_directory(&self, path: &Path, watched: &BTreeSet<PathBuf>) -> bool {
+        path.is_dir() && !watched.contains(path) && !self.owners(path).is_empty()
     }
 
     /// What the changed `path` touches; empty when it is ignored or no input.
@@ -197,6 +233,7 @@ impl Inputs {
 /// `.git/`, `.dev-env/`, and editor temporaries.
 #[derive(Debug)]
 struct Ignored {
+    root: PathBuf,
     git: ignore::gitignore::Gitignore,
 }
 
@@ -210,14 +247,19 @@ impl Ignored {
         let git = builder
             .build()
             .unwrap_or_else(|_| ignore::gitignore::Gitignore::empty());
-        Ignored { git }
+        Ignored {
+            root: root.to_path_buf(),
+            git,
+        }
     }
 
     fn ignores(&self, path: &Path) -> bool {
         let temporary = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
             n.ends_with(".swp") || n.ends_with('~') || n.starts_with(".#") || n == "4913"
         });
-        let special = path
+        // Only below the root: the project itself may live in a `target/`.
+        let below = path.strip_prefix(&self.root).unwrap_or(path);
+        let special = below
             .components()
             .any(|c| matches!(c.as_os_str().to_str(), Some("target" | ".git" | ".dev-env")));
         temporary
@@ -476,15 +518,38 @@ mod tests {
     }
 
     #[test]
-    fn the_watched_directories_cover_every_input_once() {
+    fn the_watched_directories_are_the_inputs_and_nothing_ignored() {
         let (dir, config) = workspace();
-        let root = dir.path().canonicalize().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("api/target/debug")).unwrap();
+        std::fs::create_dir_all(root.join("target/release")).unwrap();
         let inputs = Inputs::derive(&config).unwrap();
-        let watched = inputs.watched();
-        assert_eq!(
-            watched,
-            BTreeSet::from([root]),
-            "everything is under the root"
-        );
+        let watched = inputs.directories();
+        let want: BTreeSet<PathBuf> = [
+            "",
+            "api",
+            "api/src",
+            "job",
+            "job/src",
+            "libs/shared",
+            "libs/shared/src",
+            "site",
+            "manifests",
+        ]
+        .iter()
+        .map(|rel| {
+            if rel.is_empty() {
+                root.to_path_buf()
+            } else {
+                root.join(rel)
+            }
+        })
+        .collect();
+        assert_eq!(watched, want);
+        std::fs::create_dir_all(root.join("api/src/handlers")).unwrap();
+        assert!(inputs.is_new_directory(&root.join("api/src/handlers"), &watched));
+        assert!(!inputs.is_new_directory(&root.join("api/src"), &watched));
+        std::fs::create_dir_all(root.join("api/target/release")).unwrap();
+        assert!(!inputs.is_new_directory(&root.join("api/target/release"), &watched));
     }
 }

@@ -1,0 +1,323 @@
+//! The loop that turns by itself: bring the environment up, push what
+//! changed, then rebuild, push, roll out and wait for every component whose
+//! inputs are saved again, exactly as `push-image` does.
+//!
+//! The session holds the environment's lock from start to end, so no other
+//! command changes the environment under it; its own steps run inside that
+//! session. Saves are debounced (a quiet period of [`DEBOUNCE`]).
+//! Components build in parallel, each at most once at a time: a save that
+//! arrives while its component builds or rolls out marks it to run again
+//! once that run ends, so what ends up running is the last saved content.
+//! A failure is reported and the session goes on; the next save retries.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
+use tokio::sync::mpsc;
+
+use super::inputs::{self, Inputs, Owner};
+use crate::config::{self, Config};
+use crate::deliver::{self, Outcome, PushFlags};
+use crate::lifecycle::{self, UpOptions};
+use crate::lock;
+use crate::report::{Event, Reporter};
+
+/// How long the files stay quiet before a batch of saves counts.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// Why the session could not start or had to stop.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] config::Error),
+    #[error(transparent)]
+    Lock(#[from] lock::Error),
+    #[error(transparent)]
+    Up(#[from] lifecycle::Error),
+    #[error(transparent)]
+    Push(#[from] deliver::Error),
+    #[error("cannot tell what the components are built from")]
+    Inputs(#[from] inputs::Error),
+    #[error("cannot watch {}", dir.display())]
+    Watch {
+        dir: PathBuf,
+        #[source]
+        source: notify_debouncer_mini::notify::Error,
+    },
+}
+
+/// How the session runs.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// The components to keep running; all declared when empty.
+    pub components: Vec<String>,
+    /// The deadline of each rollout.
+    pub timeout: Duration,
+    /// Hold each wait until old pods are gone, not only terminating.
+    pub wait_for_termination: bool,
+}
+
+/// One component's run: what it was, and when the save that started it came.
+type Run<'a> = Pin<Box<dyn Future<Output = (String, Instant, Result<Outcome, String>)> + 'a>>;
+
+/// What the loop keeps between batches.
+struct Loop<'a> {
+    config: Arc<Config>,
+    options: &'a WatchOptions,
+    reporter: &'a dyn Reporter,
+    components: Vec<String>,
+    running: BTreeSet<String>,
+    /// Components saved again while they ran, with the first such save.
+    again: BTreeMap<String, Instant>,
+    runs: FuturesUnordered<Run<'a>>,
+    inputs: Option<Inputs>,
+    /// The directories the watcher watches.
+    watched: BTreeSet<PathBuf>,
+}
+
+/// Runs the session of the environment file `file` until `shutdown`
+/// completes.
+pub async fn run(
+    file: &Path,
+    options: &WatchOptions,
+    reporter: &dyn Reporter,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    let config = Arc::new(Config::load(file)?);
+    let components = if options.components.is_empty() {
+        config.components.keys().cloned().collect()
+    } else {
+        options.components.clone()
+    };
+    for name in &components {
+        config.component(name).map_err(deliver::Error::from)?;
+    }
+    let _session = lock::session(&config, reporter).await?;
+    let up = UpOptions {
+        recreate: false,
+        verbose: false,
+        timeout: options.timeout,
+    };
+    lifecycle::up(&config, up, reporter).await?;
+    let mut turn = Loop {
+        config,
+        options,
+        reporter,
+        components,
+        running: BTreeSet::new(),
+        again: BTreeMap::new(),
+        runs: FuturesUnordered::new(),
+        inputs: None,
+        watched: BTreeSet::new(),
+    };
+    let now = Instant::now();
+    for name in turn.components.clone() {
+        turn.start(&name, now);
+    }
+    turn.watch(shutdown).await
+}
+
+impl<'a> Loop<'a> {
+    /// Watches the inputs and turns on every batch of saves until `shutdown`.
+    async fn watch(&mut self, shutdown: impl Future<Output = ()>) -> Result<(), Error> {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let (mut _debouncer, mut saves) = self.watcher()?;
+        loop {
+            tokio::select! {
+                () = &mut shutdown => return Ok(()),
+                Some(paths) = saves.recv() => {
+                    if self.saved(paths).await? {
+                        (_debouncer, saves) = self.watcher()?;
+                    }
+                }
+                Some((name, saved, result)) = self.runs.next(), if !self.runs.is_empty() => {
+                    self.finished(&name, saved, result);
+                }
+            }
+        }
+    }
+
+    /// A watcher of every input directory, and the batches of saved paths.
+    #[allow(clippy::type_complexity)]
+    fn watcher(
+        &mut self,
+    ) -> Result<
+        (
+            Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>,
+            mpsc::UnboundedReceiver<Vec<PathBuf>>,
+        ),
+        Error,
+    > {
+        let inputs = Inputs::derive(&self.config)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut debouncer = new_debouncer(DEBOUNCE, move |result: DebounceEventResult| {
+            if let Ok(events) = result {
+                let _ = tx.send(events.into_iter().map(|e| e.path).collect());
+            }
+        })
+        .map_err(|source| Error::Watch {
+            dir: self.config.root.clone(),
+            source,
+        })?;
+        let dirs = inputs.directories();
+        for dir in &dirs {
+            debouncer
+                .watcher()
+                .watch(
+                    dir,
+                    notify_debouncer_mini::notify::RecursiveMode::NonRecursive,
+                )
+                .map_err(|source| Error::Watch {
+                    dir: dir.clone(),
+                    source,
+                })?;
+        }
+        self.reporter.report(&Event::Watching {
+            components: self.components.clone(),
+            directories: dirs.len(),
+        });
+        self.inputs = Some(inputs);
+        self.watched = dirs;
+        Ok((debouncer, rx))
+    }
+
+    /// Turns on a batch of saved paths; says whether the inputs must be
+    /// watched anew (the environment file changed).
+    async fn saved(&mut self, paths: Vec<PathBuf>) -> Result<bool, Error> {
+        let now = Instant::now();
+        let Some(inputs) = &self.inputs else {
+            return Ok(false);
+        };
+        let touched: BTreeSet<Owner> = paths.iter().flat_map(|p| inputs.owners(p)).collect();
+        let grown = paths
+            .iter()
+            .any(|p| inputs.is_new_directory(p, &self.watched));
+        if touched.is_empty() {
+            return Ok(grown);
+        }
+        self.reporter.report(&Event::Saved {
+            touches: touched.iter().map(Owner::to_string).collect(),
+        });
+        let mut rewatch = grown;
+        if touched.contains(&Owner::Config) {
+            rewatch |= self.reload().await;
+        } else if touched.contains(&Owner::Manifests) {
+            self.converge().await;
+        }
+        for owner in &touched {
+            if let Owner::Component(name) = owner
+                && self.components.contains(name)
+            {
+                self.start(name, now);
+            }
+        }
+        Ok(rewatch)
+    }
+
+    /// Reads the environment file again and converges on it; a file that
+    /// does not load, or a change `dev up` refuses, is reported and the
+    /// session keeps what it had.
+    async fn reload(&mut self) -> bool {
+        let config = match Config::load(&self.config.file) {
+            Ok(config) => Arc::new(config),
+            Err(e) => {
+                self.warn(&e);
+                return false;
+            }
+        };
+        let up = self.up_options();
+        if let Err(e) = lifecycle::up(&config, up, self.reporter).await {
+            self.warn(&e);
+            return false;
+        }
+        self.config = config;
+        if self.options.components.is_empty() {
+            self.components = self.config.components.keys().cloned().collect();
+        }
+        let now = Instant::now();
+        for name in self.components.clone() {
+            self.start(&name, now);
+        }
+        true
+    }
+
+    /// Applies the manifests again (images pinned) and waits for the
+    /// environment to converge.
+    async fn converge(&mut self) {
+        let up = self.up_options();
+        if let Err(e) = lifecycle::up(&self.config, up, self.reporter).await {
+            self.warn(&e);
+        }
+    }
+
+    fn up_options(&self) -> UpOptions {
+        UpOptions {
+            recreate: false,
+            verbose: false,
+            timeout: self.options.timeout,
+        }
+    }
+
+    fn warn(&self, error: &(dyn std::error::Error + 'static)) {
+        self.reporter.report(&Event::WatchProblem {
+            message: crate::error_chain(error),
+        });
+    }
+
+    /// Pushes `name` as `push-image` does, unless it runs already: then it
+    /// runs again once this run ends.
+    fn start(&mut self, name: &str, saved: Instant) {
+        if self.running.contains(name) {
+            self.again.entry(name.to_string()).or_insert(saved);
+            return;
+        }
+        self.running.insert(name.to_string());
+        let config = self.config.clone();
+        let flags = PushFlags {
+            rollout: true,
+            timeout: self.options.timeout,
+            verbose: false,
+            wait_for_termination: self.options.wait_for_termination,
+        };
+        let reporter = self.reporter;
+        let name = name.to_string();
+        self.runs.push(Box::pin(async move {
+            let pushed = deliver::push(&config, std::slice::from_ref(&name), flags, reporter).await;
+            let result = match pushed {
+                Ok(mut outcomes) if !outcomes.is_empty() => {
+                    let outcome = outcomes.remove(0);
+                    match outcome.error.clone() {
+                        Some(error) => Err(error),
+                        None => Ok(outcome),
+                    }
+                }
+                Ok(_) => Err(String::from("nothing was pushed")),
+                Err(e) => Err(crate::error_chain(&e)),
+            };
+            (name, saved, result)
+        }));
+    }
+
+    /// A run ended: it is reported, and the component runs again when it
+    /// was saved meanwhile.
+    fn finished(&mut self, name: &str, saved: Instant, result: Result<Outcome, String>) {
+        self.running.remove(name);
+        // A failed push reported the failure with its reason already.
+        if let Ok(outcome) = result {
+            self.reporter.report(&Event::Ready {
+                component: name.to_string(),
+                digest: outcome.digest.unwrap_or_default(),
+                since_save_ms: saved.elapsed().as_millis() as u64,
+            });
+        }
+        if let Some(again) = self.again.remove(name) {
+            self.start(name, again);
+        }
+    }
+}
