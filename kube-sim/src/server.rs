@@ -21,6 +21,7 @@ use crate::resource::{GroupResource, ResourceInfo};
 use crate::store::{Error, FieldValidation, Store};
 
 mod handlers;
+mod openapi;
 mod watch;
 
 use handlers::Call;
@@ -43,6 +44,8 @@ pub struct ServerState {
     pub bookmark_interval: Duration,
     /// Flips to `true` when the server shuts down; ends watch streams.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// The OpenAPI documents, kept between requests.
+    pub openapi: crate::openapi::Documents,
 }
 
 /// Accepts connections until shutdown, over TLS when `tls` is set.
@@ -274,15 +277,8 @@ async fn handle(state: Arc<ServerState>, req: Request<Incoming>) -> Response<Bod
     if path == "/version" {
         return json_response(StatusCode::OK, &discovery::version());
     }
-    if path == "/openapi/v3" {
-        let resources = state.store.resources();
-        return json_response(StatusCode::OK, &discovery::openapi_v3_index(&resources));
-    }
-    if let Some(key) = path.strip_prefix("/openapi/v3/") {
-        return match discovery::openapi_v3_group_version(&state.store.resources(), key) {
-            Some(doc) => json_response(StatusCode::OK, &doc),
-            None => error_response(&Error::ResourceNotFound),
-        };
+    if path.starts_with("/openapi/") {
+        return openapi::respond(&state, &req, &path);
     }
     let accept = req
         .headers()

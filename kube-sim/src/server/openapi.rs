@@ -1,0 +1,140 @@
+//! Answers `/openapi/v2`, `/openapi/v3` and `/openapi/v3/<group version>` from the kept documents.
+//!
+//! Only JSON is served: a client that accepts nothing but the protobuf encoding gets 406 with a `Status`, as
+//! from an API server that does not speak that encoding. A group version's document asked for at the hash the
+//! index lists is immutable and cached for a year; at another hash the client is sent to the current one.
+
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use serde_json::json;
+
+use super::{Body, Query, ServerState, error_response, full, json_response};
+use crate::openapi::Encoded;
+use crate::store::Error;
+
+/// The answer to a request under `/openapi/`.
+pub(super) fn respond(state: &ServerState, req: &Request<Incoming>, path: &str) -> Response<Body> {
+    let accept = req
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !accepts_json(accept) {
+        return not_acceptable(accept);
+    }
+    let built = match state.openapi.current(&state.store.resources()) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "the OpenAPI documents could not be built");
+            return error_response(&Error::BadRequest(e.to_string()));
+        }
+    };
+    match path.trim_end_matches('/') {
+        "/openapi/v2" => document(&built.v2, "no-cache, private"),
+        "/openapi/v3" => document(&built.index, "no-cache, private"),
+        other => {
+            let Some(key) = other.strip_prefix("/openapi/v3/") else {
+                return error_response(&Error::ResourceNotFound);
+            };
+            let Ok(doc) = built.v3(key) else {
+                return error_response(&Error::ResourceNotFound);
+            };
+            match Query::parse(req.uri().query()).get("hash") {
+                Some(h) if h == doc.hash => immutable(doc),
+                Some(_) => moved(key, doc),
+                None => document(doc, "no-cache, private"),
+            }
+        }
+    }
+}
+
+/// Whether an `Accept` header lets the server answer with JSON.
+fn accepts_json(accept: &str) -> bool {
+    accept.trim().is_empty()
+        || accept.split(',').any(|range| {
+            let media = range.split(';').next().unwrap_or("").trim();
+            matches!(media, "application/json" | "application/*" | "*/*")
+        })
+}
+
+/// A JSON document with its `ETag` and the given `Cache-Control`.
+fn document(doc: &Encoded, cache_control: &'static str) -> Response<Body> {
+    let mut r = Response::new(full(doc.bytes.clone()));
+    let headers = r.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static(cache_control),
+    );
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", doc.hash)) {
+        headers.insert(header::ETAG, etag);
+    }
+    headers.insert(header::VARY, HeaderValue::from_static("Accept"));
+    r
+}
+
+/// A document asked for at its current hash: it never changes, so it may be cached for a year.
+fn immutable(doc: &Encoded) -> Response<Body> {
+    let mut r = document(doc, "public, immutable");
+    let expires = jiff::Timestamp::now()
+        .checked_add(jiff::SignedDuration::from_hours(24 * 365))
+        .ok()
+        .and_then(|t| {
+            jiff::fmt::rfc2822::DateTimePrinter::new()
+                .timestamp_to_rfc9110_string(&t)
+                .ok()
+        })
+        .and_then(|s| HeaderValue::from_str(&s).ok());
+    if let Some(v) = expires {
+        r.headers_mut().insert(header::EXPIRES, v);
+    }
+    r
+}
+
+/// A document asked for at an old hash: a permanent redirect to the current one.
+fn moved(key: &str, doc: &Encoded) -> Response<Body> {
+    let mut r = Response::new(full(""));
+    *r.status_mut() = StatusCode::MOVED_PERMANENTLY;
+    let location = format!("/openapi/v3/{key}?hash={}", doc.hash);
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    r.headers_mut().insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    r
+}
+
+/// 406 with a `Status` naming the media types the server does not offer.
+fn not_acceptable(accept: &str) -> Response<Body> {
+    let message = format!(
+        "only the following media types are accepted: application/json; asked for {accept}"
+    );
+    json_response(
+        StatusCode::NOT_ACCEPTABLE,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": message, "reason": "NotAcceptable", "code": 406}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_acceptable_unless_only_protobuf_is_asked_for() {
+        assert!(accepts_json(""));
+        assert!(accepts_json("application/json"));
+        assert!(accepts_json(
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf, application/json;q=0.9"
+        ));
+        assert!(accepts_json("*/*"));
+        assert!(!accepts_json(
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+        ));
+    }
+}
