@@ -9,6 +9,7 @@ mod kube_rs;
 mod kubectl;
 mod lifecycle;
 mod oci;
+mod openapi;
 mod rollout;
 mod scale;
 mod semantics;
