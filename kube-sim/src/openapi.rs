@@ -78,6 +78,13 @@ impl Documents {
         *built = Some(fresh.clone());
         Ok(fresh)
     }
+
+    /// Builds the documents ahead of the first request, so that it does not wait for them.
+    pub fn warm(&self, resources: &[Arc<ResourceInfo>]) {
+        if let Err(e) = self.current(resources) {
+            tracing::warn!(error = %e, "the OpenAPI documents could not be built");
+        }
+    }
 }
 
 /// The definition of `<Kind>List`: the list's `metadata` and `items` of the kind.

@@ -51,6 +51,8 @@ pub struct ServerState {
 /// Accepts connections until shutdown, over TLS when `tls` is set.
 pub async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, state: Arc<ServerState>) {
     let mut shutdown = state.shutdown.clone();
+    let warm = state.clone();
+    tokio::task::spawn_blocking(move || warm.openapi.warm(&warm.store.resources()));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,

@@ -164,4 +164,15 @@ async fn a_group_version_document_at_its_hash_is_immutable() {
         get_accepting(&client, "/openapi/v3/apis/apps/v1", "application/json").await;
     assert_eq!(code, 200);
     assert_eq!(headers[http::header::CACHE_CONTROL], "no-cache, private");
+    let (code, headers, _) = get_accepting(
+        &client,
+        "/openapi/v3/apis/apps/v1?hash=0BSOLETE",
+        "application/json",
+    )
+    .await;
+    assert_eq!(code, 301);
+    assert_eq!(headers[http::header::LOCATION], url.as_str());
+    let (code, _, body) = get_accepting(&client, "/openapi/v3/apis/nothing.example/v1", "").await;
+    assert_eq!(code, 404);
+    assert_eq!(json(&body)["reason"], "NotFound");
 }
