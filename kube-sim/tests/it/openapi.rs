@@ -3,7 +3,9 @@
 
 use serde_json::Value;
 
-use crate::{WIDGET_CRD, install_crd, json, kubectl_at, kubectl_ok, manifest, start};
+use crate::{
+    WEB_DEPLOYMENT, WIDGET_CRD, apply, install_crd, json, kubectl_at, kubectl_ok, manifest, start,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_explain_prints_the_type_and_description_of_built_in_fields() {
@@ -175,4 +177,120 @@ async fn a_group_version_document_at_its_hash_is_immutable() {
     let (code, _, body) = get_accepting(&client, "/openapi/v3/apis/nothing.example/v1", "").await;
     assert_eq!(code, 404);
     assert_eq!(json(&body)["reason"], "NotFound");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_client_side_apply_deletes_and_merges_containers_by_the_openapi_merge_key() {
+    let sim = start().await;
+    let (_dir, path) = manifest(WEB_DEPLOYMENT);
+    let path = path.to_str().unwrap();
+    kubectl_ok(&sim, &["apply", "--validate=strict", "-f", path]).await;
+    kubectl_ok(
+        &sim,
+        &[
+            "set",
+            "resources",
+            "deployment/web",
+            "-c",
+            "app",
+            "--limits=cpu=200m",
+        ],
+    )
+    .await;
+    // Without the schema's merge keys kubectl would send the whole list, which the server merges by name:
+    // the sidecar would stay.
+    let without_sidecar = WEB_DEPLOYMENT
+        .replace("nginx:1.27", "nginx:1.28")
+        .replace("      - name: sidecar\n        image: busybox:1.36\n", "");
+    assert!(!without_sidecar.contains("sidecar"));
+    let (_dir2, changed) = manifest(&without_sidecar);
+    let out = kubectl_at(
+        sim.kubeconfig_path(),
+        &[
+            "apply",
+            "--validate=strict",
+            "-f",
+            changed.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("openapi"), "{stderr}");
+    let got = json(&kubectl_ok(&sim, &["get", "deployment", "web", "-o", "json"]).await);
+    let containers = got["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap();
+    assert_eq!(containers.len(), 1, "{containers:?}");
+    let app = &containers[0];
+    assert_eq!(app["image"], "nginx:1.28");
+    assert_eq!(app["resources"]["limits"]["cpu"], "200m", "{app}");
+}
+
+/// Runs `kubectl edit` with a `sed` script as the editor; returns kubectl's output.
+async fn kubectl_edit(sim: &kube_sim::Sim, what: &str, script: &str) -> std::process::Output {
+    let kubeconfig = sim.kubeconfig_path().to_path_buf();
+    let cache = tempfile::tempdir().expect("a temporary kubectl cache");
+    let (what, editor) = (what.to_string(), format!("sed -i {script}"));
+    tokio::time::timeout(
+        crate::DEADLINE,
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(crate::KUBECTL)
+                .args(["edit", &what, "--validate=strict", "--cache-dir"])
+                .arg(cache.path())
+                .env("KUBECONFIG", &kubeconfig)
+                .env("KUBE_EDITOR", &editor)
+                .output()
+                .expect("kubectl runs")
+        }),
+    )
+    .await
+    .expect("kubectl finishes within the deadline")
+    .expect("the kubectl task does not panic")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_edit_patches_built_in_and_custom_objects_and_strict_validation_holds() {
+    let sim = start().await;
+    install_crd(&sim, WIDGET_CRD).await;
+    let widget = "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w1, namespace: default}\nspec: {size: 2}\n";
+    let (_dir, path) = manifest(&widget.replace("size: 2", "size: 2, bogus: 1"));
+    let out = kubectl_at(
+        sim.kubeconfig_path(),
+        &["create", "--validate=strict", "-f", path.to_str().unwrap()],
+    )
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown field \"spec.bogus\""), "{stderr}");
+    let (_dir, path) = manifest(widget);
+    kubectl_ok(
+        &sim,
+        &["create", "--validate=strict", "-f", path.to_str().unwrap()],
+    )
+    .await;
+    apply(&sim, WEB_DEPLOYMENT).await;
+
+    let out = kubectl_edit(&sim, "deployment/web", "s/replicas:\\ 2/replicas:\\ 4/").await;
+    assert!(out.status.success(), "{out:?}");
+    let out = kubectl_edit(&sim, "widget/w1", "s/size:\\ 2/size:\\ 6/").await;
+    assert!(out.status.success(), "{out:?}");
+    let replicas = kubectl_ok(
+        &sim,
+        &[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.spec.replicas}",
+        ],
+    )
+    .await;
+    assert_eq!(replicas, "4");
+    let size = kubectl_ok(
+        &sim,
+        &["get", "widget", "w1", "-o", "jsonpath={.spec.size}"],
+    )
+    .await;
+    assert_eq!(size, "6");
 }
