@@ -26,7 +26,11 @@ pub(super) fn respond(state: &ServerState, req: &Request<Incoming>, path: &str) 
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(error = %e, "the OpenAPI documents could not be built");
-            return error_response(&Error::BadRequest(e.to_string()));
+            return status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                &e.to_string(),
+            );
         }
     };
     match path.trim_end_matches('/') {
@@ -114,10 +118,15 @@ fn not_acceptable(accept: &str) -> Response<Body> {
     let message = format!(
         "only the following media types are accepted: application/json; asked for {accept}"
     );
+    status(StatusCode::NOT_ACCEPTABLE, "NotAcceptable", &message)
+}
+
+/// A failure `Status` with its code, reason and message.
+fn status(code: StatusCode, reason: &str, message: &str) -> Response<Body> {
     json_response(
-        StatusCode::NOT_ACCEPTABLE,
+        code,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": "NotAcceptable", "code": 406}),
+            "message": message, "reason": reason, "code": code.as_u16()}),
     )
 }
 
