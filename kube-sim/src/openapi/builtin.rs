@@ -86,6 +86,7 @@ fn generate() -> Definitions {
     for (k, list_kind) in &kinds {
         if let Some(Value::Object(def)) = defs.get_mut(&k.name) {
             def.insert("x-kubernetes-group-version-kind".into(), json!([k.gvk]));
+            relax_required(def, &k.gvk.kind);
         }
         if let Some(list_kind) = list_kind {
             let list = list_definition(&k.name, &k.gvk, list_kind);
@@ -93,6 +94,22 @@ fn generate() -> Definitions {
         }
     }
     defs
+}
+
+/// Drops from a kind's `required` the fields `k8s-openapi` requires only to make them non-optional in Rust:
+/// `metadata` (the API server requires it of events alone) and the `spec` of Deployments and ReplicaSets.
+fn relax_required(def: &mut serde_json::Map<String, Value>, kind: &str) {
+    let Some(Value::Array(required)) = def.get_mut("required") else {
+        return;
+    };
+    required.retain(|field| match field.as_str() {
+        Some("metadata") => kind == "Event",
+        Some("spec") => !matches!(kind, "Deployment" | "ReplicaSet"),
+        _ => true,
+    });
+    if required.is_empty() {
+        def.remove("required");
+    }
 }
 
 /// The definition name of a kind's list: the kind's name with the last segment replaced.
@@ -211,6 +228,15 @@ mod tests {
             assert_eq!(gvk, json!(Gvk::new(&r.group, "v1", &r.kind)), "{name}");
             assert!(defs.contains_key(&list_name(&name, &r.list_kind)), "{name}");
         }
+        assert!(
+            defs["io.k8s.api.apps.v1.Deployment"]
+                .get("required")
+                .is_none()
+        );
+        assert_eq!(
+            defs["io.k8s.api.core.v1.Event"]["required"],
+            json!(["involvedObject", "metadata"])
+        );
         let deployment = &defs["io.k8s.api.apps.v1.Deployment"];
         assert_eq!(
             deployment["properties"]["metadata"]["$ref"],

@@ -18,6 +18,12 @@ async fn kubectl_explain_prints_the_type_and_description_of_built_in_fields() {
             .contains("Number of desired pods. This is a pointer to distinguish between explicit"),
         "{replicas}"
     );
+    let deployment = kubectl_ok(&sim, &["explain", "deployment"]).await;
+    assert!(
+        deployment.contains("  metadata\t<ObjectMeta>\n")
+            && deployment.contains("  spec\t<DeploymentSpec>\n"),
+        "neither is required of a Deployment: {deployment}"
+    );
     let image = kubectl_ok(&sim, &["explain", "pods.spec.containers.image"]).await;
     assert!(image.contains("FIELD: image <string>"), "{image}");
     assert!(image.contains("Container image name."), "{image}");
