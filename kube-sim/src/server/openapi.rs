@@ -4,7 +4,7 @@
 //! from an API server that does not speak that encoding. A group version's document asked for at the hash the
 //! index lists is immutable and cached for a year; at another hash the client is sent to the current one.
 
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use serde_json::json;
 
@@ -14,6 +14,9 @@ use crate::store::Error;
 
 /// The answer to a request under `/openapi/`.
 pub(super) fn respond(state: &ServerState, req: &Request<Incoming>, path: &str) -> Response<Body> {
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return error_response(&Error::MethodNotAllowed);
+    }
     let accept = req
         .headers()
         .get(header::ACCEPT)

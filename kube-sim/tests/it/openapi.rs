@@ -145,6 +145,9 @@ async fn openapi_v2_is_swagger_json_and_protobuf_alone_is_not_acceptable() {
     let status = json(&body);
     assert_eq!(status["kind"], "Status");
     assert_eq!(status["reason"], "NotAcceptable");
+
+    let (code, body) = crate::post(&client, "/openapi/v2", &serde_json::json!({})).await;
+    assert_eq!(code, 405, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
