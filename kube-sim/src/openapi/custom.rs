@@ -32,30 +32,65 @@ pub fn definitions(info: &ResourceInfo, version: &str) -> Vec<(String, Value)> {
         }
     };
     schema.entry("type").or_insert_with(|| json!("object"));
-    let properties = schema
-        .entry("properties")
-        .or_insert_with(|| json!({}))
-        .as_object_mut();
-    if let Some(p) = properties {
-        p.insert(
-            "apiVersion".into(),
-            json!({"description": API_VERSION_DESCRIPTION, "type": "string"}),
-        );
-        p.insert(
-            "kind".into(),
-            json!({"description": KIND_DESCRIPTION, "type": "string"}),
-        );
-        p.insert(
-            "metadata".into(),
-            json!({"$ref": format!("{REF_PREFIX}{OBJECT_META}"), "description": METADATA_DESCRIPTION}),
-        );
+    if let Some(Value::Object(p)) = schema.get_mut("properties") {
+        p.values_mut().for_each(embedded_resources);
     }
+    standard_fields(&mut schema, true);
     schema.insert("x-kubernetes-group-version-kind".into(), json!([gvk]));
     let list = list_definition(&name, &gvk, &info.list_kind);
     vec![
         (list_name(&name, &info.list_kind), list),
         (name, Value::Object(schema)),
     ]
+}
+
+/// Gives an object schema the standard `apiVersion`, `kind` and `metadata` fields; `replace` also replaces
+/// ones the schema declares (at a kind's root, where the API server owns them).
+fn standard_fields(schema: &mut Map<String, Value>, replace: bool) {
+    let Some(p) = schema
+        .entry("properties")
+        .or_insert_with(|| json!({}))
+        .as_object_mut()
+    else {
+        return;
+    };
+    let fields = [
+        (
+            "apiVersion",
+            json!({"description": API_VERSION_DESCRIPTION, "type": "string"}),
+        ),
+        (
+            "kind",
+            json!({"description": KIND_DESCRIPTION, "type": "string"}),
+        ),
+        (
+            "metadata",
+            json!({"$ref": format!("{REF_PREFIX}{OBJECT_META}"), "description": METADATA_DESCRIPTION}),
+        ),
+    ];
+    for (name, field) in fields {
+        if replace || !p.contains_key(name) {
+            p.insert(name.into(), field);
+        }
+    }
+}
+
+/// Gives every `x-kubernetes-embedded-resource` object below a schema node the standard fields it lacks.
+fn embedded_resources(schema: &mut Value) {
+    let Value::Object(m) = schema else { return };
+    for key in ["properties", "patternProperties"] {
+        if let Some(Value::Object(p)) = m.get_mut(key) {
+            p.values_mut().for_each(embedded_resources);
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(v) = m.get_mut(key) {
+            embedded_resources(v);
+        }
+    }
+    if m.get("x-kubernetes-embedded-resource") == Some(&json!(true)) {
+        standard_fields(m, false);
+    }
 }
 
 /// Drops what Swagger 2.0 cannot say from a structural schema (`nullable` and the `anyOf`, `oneOf` and `not`
@@ -83,7 +118,8 @@ mod tests {
             "names": {"kind": "Widget", "plural": "widgets"}, "scope": "Namespaced",
             "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema":
                 {"type": "object", "properties": {"spec": {"type": "object", "properties": {
-                    "size": {"type": "integer", "description": "How big."}}}}}}}]}});
+                    "size": {"type": "integer", "description": "How big."},
+                    "pod": {"type": "object", "x-kubernetes-embedded-resource": true}}}}}}}]}});
         let info = crate::resource::from_crd(&crd).expect("a valid CRD");
         let defs: std::collections::BTreeMap<_, _> = definitions(&info, "v1").into_iter().collect();
         let widget = &defs["com.example.v1.Widget"];
@@ -98,6 +134,12 @@ mod tests {
         assert_eq!(
             widget["properties"]["spec"]["properties"]["size"]["description"],
             "How big."
+        );
+        let embedded = &widget["properties"]["spec"]["properties"]["pod"]["properties"];
+        assert_eq!(embedded["kind"]["type"], "string");
+        assert_eq!(
+            embedded["metadata"]["$ref"],
+            format!("{REF_PREFIX}{OBJECT_META}")
         );
         assert_eq!(
             defs["com.example.v1.WidgetList"]["properties"]["items"]["items"]["$ref"],
