@@ -280,7 +280,7 @@ async fn handle(state: Arc<ServerState>, req: Request<Incoming>) -> Response<Bod
         return json_response(StatusCode::OK, &discovery::version());
     }
     if path.starts_with("/openapi/") {
-        return openapi::respond(&state, &req, &path);
+        return openapi::respond(&state, &req, &path).await;
     }
     let accept = req
         .headers()

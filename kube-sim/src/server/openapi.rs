@@ -4,6 +4,8 @@
 //! from an API server that does not speak that encoding. A group version's document asked for at the hash the
 //! index lists is immutable and cached for a year; at another hash the client is sent to the current one.
 
+use std::sync::Arc;
+
 use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use serde_json::json;
@@ -13,7 +15,11 @@ use crate::openapi::Encoded;
 use crate::store::Error;
 
 /// The answer to a request under `/openapi/`.
-pub(super) fn respond(state: &ServerState, req: &Request<Incoming>, path: &str) -> Response<Body> {
+pub(super) async fn respond(
+    state: &Arc<ServerState>,
+    req: &Request<Incoming>,
+    path: &str,
+) -> Response<Body> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return error_response(&Error::MethodNotAllowed);
     }
@@ -25,15 +31,22 @@ pub(super) fn respond(state: &ServerState, req: &Request<Incoming>, path: &str) 
     if !accepts_json(accept) {
         return not_acceptable(accept);
     }
-    let built = match state.openapi.current(&state.store.resources()) {
+    let query = Query::parse(req.uri().query());
+    // Building after a CRD changed takes a while; it runs off the async workers.
+    let building = state.clone();
+    let built = tokio::task::spawn_blocking(move || {
+        building
+            .openapi
+            .current(&building.store.resources())
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(e.to_string()));
+    let built = match built {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(error = %e, "the OpenAPI documents could not be built");
-            return status(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "InternalError",
-                &e.to_string(),
-            );
+            return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", &e);
         }
     };
     match path.trim_end_matches('/') {
@@ -46,7 +59,7 @@ pub(super) fn respond(state: &ServerState, req: &Request<Incoming>, path: &str) 
             let Ok(doc) = built.v3(key) else {
                 return error_response(&Error::ResourceNotFound);
             };
-            match Query::parse(req.uri().query()).get("hash") {
+            match query.get("hash") {
                 Some(h) if h == doc.hash => immutable(doc),
                 Some(_) => moved(key, doc),
                 None => document(doc, "no-cache, private"),
