@@ -66,12 +66,6 @@ fn generate() -> Definitions {
         .filter_map(|r| Some((kind_type(&r.group, &r.kind)?, Some(r.list_kind.clone()))))
         .collect();
     kinds.push((of::<autoscaling::Scale>(), None));
-    for (k, _) in &kinds {
-        (k.generate)(&mut generator);
-    }
-    subschema::<meta::Status>(&mut generator);
-    subschema::<meta::DeleteOptions>(&mut generator);
-    subschema::<meta::Patch>(&mut generator);
     kinds.push((
         KindType {
             name: STATUS.to_string(),
@@ -80,6 +74,11 @@ fn generate() -> Definitions {
         },
         None,
     ));
+    for (k, _) in &kinds {
+        (k.generate)(&mut generator);
+    }
+    subschema::<meta::DeleteOptions>(&mut generator);
+    subschema::<meta::Patch>(&mut generator);
     let mut defs: Definitions = generator.take_definitions(false).into_iter().collect();
     let roots: Vec<String> = kinds.iter().map(|(k, _)| k.name.clone()).collect();
     annotate_lists(&mut defs, &roots);

@@ -38,8 +38,10 @@ impl Built {
     /// Builds every document for the served resources.
     pub(super) fn new(resources: &[Arc<ResourceInfo>]) -> Result<Built, Error> {
         let mut defs = builtin::definitions().clone();
+        let mut ordered: Vec<&Arc<ResourceInfo>> = resources.iter().collect();
+        ordered.sort_by_key(|r| r.group_resource());
         let mut served = Vec::new();
-        for r in resources {
+        for r in ordered {
             for v in &r.versions {
                 let kind_ref = if r.is_custom() {
                     defs.extend(custom::definitions(r, v));
@@ -243,6 +245,12 @@ mod tests {
             .map(Arc::new)
             .collect();
         let built = Built::new(&resources).expect("the documents build");
+        let reversed: Vec<_> = resources.iter().rev().cloned().collect();
+        let again = Built::new(&reversed).expect("the documents build");
+        assert_eq!(
+            built.index.bytes, again.index.bytes,
+            "the hashes are stable"
+        );
         let index: Value = serde_json::from_slice(&built.index.bytes).unwrap();
         for key in [
             "api/v1",
