@@ -34,9 +34,6 @@ pub enum Error {
     /// No served group version has this key (`api/v1`, `apis/<group>/<version>`).
     #[error("no OpenAPI document is served at {0}")]
     UnknownGroupVersion(String),
-    /// A document could not be encoded.
-    #[error("encoding an OpenAPI document")]
-    Encode(#[source] serde_json::Error),
 }
 
 /// A group, version and kind as `x-kubernetes-group-version-kind` lists it.
@@ -69,20 +66,11 @@ pub struct Documents {
 
 impl Documents {
     /// The documents for the resources served now; built on first use and after a custom resource changed.
-    pub fn current(&self, resources: &[Arc<ResourceInfo>]) -> Result<Arc<Built>, Error> {
+    pub fn current(&self, resources: &[Arc<ResourceInfo>]) -> Arc<Built> {
         let mut built = self.built.lock_unpoisoned();
-        if let Some(b) = built.as_ref().filter(|b| b.describes(resources)) {
-            return Ok(b.clone());
-        }
-        let fresh = Arc::new(Built::new(resources)?);
-        *built = Some(fresh.clone());
-        Ok(fresh)
-    }
-
-    /// Builds the documents ahead of the first request, so that it does not wait for them.
-    pub fn warm(&self, resources: &[Arc<ResourceInfo>]) {
-        if let Err(e) = self.current(resources) {
-            tracing::warn!(error = %e, "the OpenAPI documents could not be built");
+        match built.as_ref().filter(|b| b.describes(resources)) {
+            Some(b) => b.clone(),
+            None => built.insert(Arc::new(Built::new(resources))).clone(),
         }
     }
 }
@@ -147,13 +135,13 @@ pub struct Encoded {
 
 impl Encoded {
     /// Serializes a document and hashes it.
-    fn new(doc: &Value) -> Result<Encoded, Error> {
+    fn new(doc: &Value) -> Encoded {
         use sha2::Digest;
-        let bytes = serde_json::to_vec(doc).map_err(Error::Encode)?;
+        let bytes = doc.to_string().into_bytes();
         let hash = hex::encode_upper(sha2::Sha256::digest(&bytes));
-        Ok(Encoded {
+        Encoded {
             bytes: Bytes::from(bytes),
             hash,
-        })
+        }
     }
 }

@@ -52,7 +52,7 @@ pub struct ServerState {
 pub async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, state: Arc<ServerState>) {
     let mut shutdown = state.shutdown.clone();
     let warm = state.clone();
-    tokio::task::spawn_blocking(move || warm.openapi.warm(&warm.store.resources()));
+    tokio::task::spawn_blocking(move || warm.openapi.current(&warm.store.resources()));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,

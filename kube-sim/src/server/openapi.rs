@@ -32,25 +32,26 @@ pub(super) async fn respond(
         return not_acceptable(accept);
     }
     let query = Query::parse(req.uri().query());
+    let if_none_match = req
+        .headers()
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     // Building after a CRD changed takes a while; it runs off the async workers.
     let building = state.clone();
-    let built = tokio::task::spawn_blocking(move || {
-        building
-            .openapi
-            .current(&building.store.resources())
-            .map_err(|e| e.to_string())
-    })
-    .await
-    .unwrap_or_else(|e| Err(e.to_string()));
-    let built = match built {
-        Ok(b) => b,
-        Err(e) => {
-            tracing::warn!(error = %e, "the OpenAPI documents could not be built");
-            return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", &e);
-        }
+    let built =
+        tokio::task::spawn_blocking(move || building.openapi.current(&building.store.resources()))
+            .await;
+    let Ok(built) = built else {
+        return status(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "InternalError",
+            "building the OpenAPI documents failed",
+        );
     };
-    match path.trim_end_matches('/') {
-        "/openapi/v2" => document(&built.v2, "no-cache, private"),
+    let response = match path.trim_end_matches('/') {
+        "/openapi/v2" => document(&built.v2(), "no-cache, private"),
         "/openapi/v3" => document(&built.index, "no-cache, private"),
         other => {
             let Some(key) = other.strip_prefix("/openapi/v3/") else {
@@ -65,7 +66,22 @@ pub(super) async fn respond(
                 None => document(doc, "no-cache, private"),
             }
         }
+    };
+    not_modified(response, &if_none_match)
+}
+
+/// 304 without a body when the client already holds the document it would get (`If-None-Match`).
+fn not_modified(mut response: Response<Body>, if_none_match: &str) -> Response<Body> {
+    let held = response
+        .headers()
+        .get(header::ETAG)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|etag| if_none_match.split(',').any(|t| t.trim() == etag));
+    if held && response.status() == StatusCode::OK {
+        *response.status_mut() = StatusCode::NOT_MODIFIED;
+        *response.body_mut() = full("");
     }
+    response
 }
 
 /// Whether an `Accept` header lets the server answer with JSON.

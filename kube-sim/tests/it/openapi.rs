@@ -175,6 +175,15 @@ async fn a_group_version_document_at_its_hash_is_immutable() {
         get_accepting(&client, "/openapi/v3/apis/apps/v1", "application/json").await;
     assert_eq!(code, 200);
     assert_eq!(headers[http::header::CACHE_CONTROL], "no-cache, private");
+    let etag = headers[http::header::ETAG].to_str().unwrap().to_string();
+    assert!(url.ends_with(etag.trim_matches('"')), "{etag} names {url}");
+    let req = http::Request::builder()
+        .uri("/openapi/v3/apis/apps/v1")
+        .header(http::header::IF_NONE_MATCH, &etag)
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let res = client.send(req).await.expect("the request is sent");
+    assert_eq!(res.status(), 304);
     let (code, headers, _) = get_accepting(
         &client,
         "/openapi/v3/apis/apps/v1?hash=0BSOLETE",
