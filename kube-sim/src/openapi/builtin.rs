@@ -13,7 +13,10 @@ use k8s_openapi::api::rbac::v1 as rbac;
 use k8s_openapi::api::{apps::v1 as apps, autoscaling::v1 as autoscaling, core::v1 as core};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as ext;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
-use schemars::generate::{SchemaGenerator, SchemaSettings};
+use k8s_openapi::schemars::{
+    self,
+    generate::{SchemaGenerator, SchemaSettings},
+};
 use serde_json::{Value, json};
 
 use super::{Definitions, Gvk, list_definition, referenced};
