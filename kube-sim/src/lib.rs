@@ -18,6 +18,7 @@ pub mod kubelet;
 mod lock;
 pub mod machinery;
 pub mod meta;
+pub mod openapi;
 pub mod patch;
 pub mod resource;
 pub mod schema;
@@ -306,6 +307,7 @@ impl Sim {
             advertise: format!("{host}:{}", addr.port()),
             bookmark_interval: config.bookmark_interval,
             shutdown: shutdown_rx.clone(),
+            openapi: openapi::Documents::default(),
         });
         let mut tasks = vec![
             tokio::spawn(machinery::run_crd_controller(

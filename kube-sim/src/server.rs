@@ -22,6 +22,7 @@ use crate::store::{Error, FieldValidation, Store};
 
 mod convert;
 mod handlers;
+mod openapi;
 mod protobuf;
 mod review;
 mod watch;
@@ -46,11 +47,15 @@ pub struct ServerState {
     pub bookmark_interval: Duration,
     /// Flips to `true` when the server shuts down; ends watch streams.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// The OpenAPI documents, kept between requests.
+    pub openapi: crate::openapi::Documents,
 }
 
 /// Accepts connections until shutdown, over TLS when `tls` is set.
 pub async fn serve(listener: TcpListener, tls: Option<TlsAcceptor>, state: Arc<ServerState>) {
     let mut shutdown = state.shutdown.clone();
+    let warm = state.clone();
+    tokio::task::spawn_blocking(move || warm.openapi.current(&warm.store.resources()));
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -269,15 +274,8 @@ async fn handle(state: Arc<ServerState>, req: Request<Incoming>) -> Response<Bod
     let Some(user) = review::authenticate(&state, &req) else {
         return error_response(&Error::Unauthorized);
     };
-    if path == "/openapi/v3" {
-        let resources = state.store.resources();
-        return json_response(StatusCode::OK, &discovery::openapi_v3_index(&resources));
-    }
-    if let Some(key) = path.strip_prefix("/openapi/v3/") {
-        return match discovery::openapi_v3_group_version(&state.store.resources(), key) {
-            Some(doc) => json_response(StatusCode::OK, &doc),
-            None => error_response(&Error::ResourceNotFound),
-        };
+    if path.starts_with("/openapi/") {
+        return openapi::respond(&state, &req, &path).await;
     }
     let accept = req
         .headers()

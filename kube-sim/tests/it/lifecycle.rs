@@ -287,6 +287,7 @@ async fn pod_logs_come_from_the_installed_source() {
         advertise: addr.to_string(),
         bookmark_interval: std::time::Duration::from_secs(60),
         shutdown,
+        openapi: Default::default(),
     });
     let server = tokio::spawn(kube_sim::server::serve(listener, None, state));
     let p = serde_json::to_value(pod("logged", Some("node-1"))).unwrap();

@@ -9,6 +9,7 @@ mod kube_rs;
 mod kubectl;
 mod lifecycle;
 mod oci;
+mod openapi;
 mod protobuf;
 mod rollout;
 mod scale;

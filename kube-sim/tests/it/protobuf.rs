@@ -301,10 +301,19 @@ fn comparable(mut obj: Value, name: &str) -> Value {
     for key in ["uid", "resourceVersion", "creationTimestamp"] {
         meta.remove(key);
     }
+    // The Deployment controller's revision annotation and status writes come when they come.
+    if let Some(Value::Object(annotations)) = meta.get_mut("annotations") {
+        annotations.remove("deployment.kubernetes.io/revision");
+        if annotations.is_empty() {
+            meta.remove("annotations");
+        }
+    }
     // An object with no fields set (a bare ServiceAccount) has no managed fields.
-    let managed = meta.get_mut("managedFields").and_then(Value::as_array_mut);
-    for entry in managed.into_iter().flatten() {
-        entry.as_object_mut().expect("an entry").remove("time");
+    if let Some(Value::Array(managed)) = meta.get_mut("managedFields") {
+        managed.retain(|entry| entry["manager"] == "kubectl-create");
+        for entry in managed.iter_mut() {
+            entry.as_object_mut().expect("an entry").remove("time");
+        }
     }
     obj
 }
