@@ -105,6 +105,8 @@ pub enum Event {
     /// `watch` saw saves touching these components (or `manifests`, or the environment file).
     Saved {
         touches: Vec<String>,
+        /// The saved files, relative to the environment file's directory.
+        files: Vec<String>,
     },
     /// `watch` has Ready pods running `digest` of `component`, `since_save_ms` after the save.
     Ready {
@@ -240,7 +242,9 @@ impl fmt::Display for Event {
                 "watching {} ({directories} directories); Ctrl-C stops",
                 components.join(", ")
             ),
-            Event::Saved { touches } => write!(f, "saved: {}", touches.join(", ")),
+            Event::Saved { touches, files } => {
+                write!(f, "saved {}: {}", files.join(", "), touches.join(", "))
+            }
             Event::Ready {
                 component,
                 digest,

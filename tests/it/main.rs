@@ -8,3 +8,4 @@ mod lifecycle;
 mod registry;
 mod tidy;
 mod trust;
+mod watch;

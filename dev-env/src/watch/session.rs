@@ -18,7 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
-use notify_debouncer_mini::{DebounceEventResult, Debouncer, new_debouncer};
+use notify_debouncer_full::notify::{EventKind, RecommendedWatcher, RecursiveMode};
+use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 use tokio::sync::mpsc;
 
 use super::inputs::{self, Inputs, Owner};
@@ -48,7 +49,7 @@ pub enum Error {
     Watch {
         dir: PathBuf,
         #[source]
-        source: notify_debouncer_mini::notify::Error,
+        source: notify_debouncer_full::notify::Error,
     },
 }
 
@@ -149,16 +150,23 @@ impl<'a> Loop<'a> {
         &mut self,
     ) -> Result<
         (
-            Debouncer<notify_debouncer_mini::notify::RecommendedWatcher>,
+            Debouncer<RecommendedWatcher, RecommendedCache>,
             mpsc::UnboundedReceiver<Vec<PathBuf>>,
         ),
         Error,
     > {
         let inputs = Inputs::derive(&self.config)?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut debouncer = new_debouncer(DEBOUNCE, move |result: DebounceEventResult| {
-            if let Ok(events) = result {
-                let _ = tx.send(events.into_iter().map(|e| e.path).collect());
+        let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
+            // Reads (a build opening `Cargo.toml`) change nothing.
+            let Ok(events) = result else { return };
+            let paths: Vec<PathBuf> = events
+                .into_iter()
+                .filter(|e| !matches!(e.kind, EventKind::Access(_)))
+                .flat_map(|e| e.event.paths)
+                .collect();
+            if !paths.is_empty() {
+                let _ = tx.send(paths);
             }
         })
         .map_err(|source| Error::Watch {
@@ -168,11 +176,7 @@ impl<'a> Loop<'a> {
         let dirs = inputs.directories();
         for dir in &dirs {
             debouncer
-                .watcher()
-                .watch(
-                    dir,
-                    notify_debouncer_mini::notify::RecursiveMode::NonRecursive,
-                )
+                .watch(dir, RecursiveMode::NonRecursive)
                 .map_err(|source| Error::Watch {
                     dir: dir.clone(),
                     source,
@@ -201,8 +205,15 @@ impl<'a> Loop<'a> {
         if touched.is_empty() {
             return Ok(grown);
         }
+        let root = &self.config.root;
+        let files = paths
+            .iter()
+            .filter(|p| !inputs.owners(p).is_empty())
+            .map(|p| p.strip_prefix(root).unwrap_or(p).display().to_string())
+            .collect();
         self.reporter.report(&Event::Saved {
             touches: touched.iter().map(Owner::to_string).collect(),
+            files,
         });
         let mut rewatch = grown;
         if touched.contains(&Owner::Config) {
