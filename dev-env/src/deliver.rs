@@ -3,6 +3,7 @@
 //! and waits run concurrently; one component's failure never hides the
 //! others' results.
 
+use crate::image::cargo::Cancel;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -152,6 +153,27 @@ pub async fn push(
     flags: PushFlags,
     reporter: &dyn Reporter,
 ) -> Result<Vec<Outcome>, Error> {
+    push_until(config, components, flags, None, reporter).await
+}
+
+/// [`push`], whose builds stop (and fail as cancelled) once `cancel` is set.
+pub async fn push_cancellable(
+    config: &Config,
+    components: &[String],
+    flags: PushFlags,
+    cancel: &Cancel,
+    reporter: &dyn Reporter,
+) -> Result<Vec<Outcome>, Error> {
+    push_until(config, components, flags, Some(cancel), reporter).await
+}
+
+async fn push_until(
+    config: &Config,
+    components: &[String],
+    flags: PushFlags,
+    cancel: Option<&Cancel>,
+    reporter: &dyn Reporter,
+) -> Result<Vec<Outcome>, Error> {
     let started = Instant::now();
     for name in components {
         config.component(name)?;
@@ -168,6 +190,7 @@ pub async fn push(
         components,
         PushOptions {
             output: flags.verbose.then_some(reporter),
+            cancel,
         },
     )
     .await;

@@ -114,6 +114,8 @@ pub struct PushOptions<'a> {
     /// Where build output goes as it comes (`--verbose`); `None` shows it
     /// only on failure.
     pub output: Option<&'a dyn crate::report::Reporter>,
+    /// Set to stop the builds.
+    pub cancel: Option<&'a cargo::Cancel>,
 }
 
 /// A verified push of one component.
@@ -233,6 +235,7 @@ pub async fn push_component(
                 package,
                 bin,
                 lines: None,
+                cancel: options.cancel.cloned(),
             };
             push_cargo(&target, build, before.as_ref(), options.output).await?
         }
@@ -257,6 +260,7 @@ pub async fn push_component(
             let staged = Staged {
                 binary: binary.as_ref(),
                 root: &config.root,
+                cancel: options.cancel,
             };
             push_docker(&target, docker, build, staged, before.as_ref()).await?
         }
@@ -354,6 +358,7 @@ async fn push_cargo(
 struct Staged<'a> {
     binary: Option<&'a CargoBinary>,
     root: &'a Path,
+    cancel: Option<&'a cargo::Cancel>,
 }
 
 /// The Docker backend: builds through the engine (with the staged binary
@@ -368,7 +373,7 @@ async fn push_docker(
 ) -> Result<Upload, Error> {
     let files = match staged.binary {
         Some(binary) => {
-            vec![stage_binary(target, staged.root, binary, build.output).await?]
+            vec![stage_binary(target, &staged, binary, build.output).await?]
         }
         None => Vec::new(),
     };
@@ -404,15 +409,16 @@ async fn push_docker(
 /// Builds the binary a Dockerfile copies: its name, and its path.
 async fn stage_binary(
     target: &Target<'_>,
-    root: &Path,
+    staged: &Staged<'_>,
     binary: &CargoBinary,
     output: Option<&dyn crate::report::Reporter>,
 ) -> Result<(String, PathBuf), Error> {
     let build = cargo::CargoBuild {
-        root,
+        root: staged.root,
         package: &binary.package,
         bin: &binary.bin,
         lines: None,
+        cancel: staged.cancel.cloned(),
     };
     let path = cargo::off_runtime(build, cargo::build_binary, output)
         .await

@@ -455,6 +455,7 @@ async fn ensure_images(
         &client,
         &unpushed,
         image::PushOptions {
+            cancel: None,
             output: options.verbose.then_some(reporter),
         },
     )

@@ -10,7 +10,10 @@ use dev_env_tests::{
     DistributionRegistry, DockerCleanup, Project, free_port, push_tiny, require_docker,
 };
 
-const QUIET: PushOptions<'static> = PushOptions { output: None };
+const QUIET: PushOptions<'static> = PushOptions {
+    output: None,
+    cancel: None,
+};
 
 /// Pushes `component` of `project` the way `push-image` does: build, push,
 /// verify, record in the state.
@@ -100,6 +103,7 @@ fn two_clean_cargo_builds_give_byte_identical_manifests() {
         package: "hello",
         bin: "hello",
         lines: None,
+        cancel: None,
     };
     let target_dir = project.root().join(image::cargo::TARGET_DIR);
     let first = image::cargo::build_image(&build).unwrap();

@@ -301,7 +301,7 @@ fn watch_rolls_out_what_each_save_touches_and_only_that() {
     let (builds, ready) = (events.builds("app"), events.ready("app"));
     for version in ["v4", "v5", "v6"] {
         source(&env, "app", version);
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(Duration::from_millis(100));
     }
     let deadline = Instant::now() + DEADLINE;
     while !serving(&config, "app").contains("app v6 listening") {

@@ -395,6 +395,7 @@ impl LoopProject {
             package: "app",
             bin: "app",
             lines: None,
+            cancel: None,
         }
     }
 }

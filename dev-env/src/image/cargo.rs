@@ -7,6 +7,7 @@
 //! are remapped, so the binary, and with it the digest, does not depend on
 //! where the checkout lives.
 
+use std::sync::atomic::Ordering;
 use std::{
     io::BufRead,
     path::{Path, PathBuf},
@@ -58,6 +59,10 @@ pub enum Error {
         after: Duration,
         tail: String,
     },
+    #[error(
+        "`cargo build --release -p {package} --bin {bin}` was stopped: a newer save supersedes it"
+    )]
+    Cancelled { package: String, bin: String },
     #[error("cannot read the built binary {}", path.display())]
     Read {
         path: PathBuf,
@@ -75,7 +80,12 @@ pub struct CargoBuild<'a> {
     /// Where cargo's output goes line by line as it comes (`--verbose`);
     /// `None` shows it only on failure.
     pub lines: Option<LineSender>,
+    /// Set to stop the build (its process is killed).
+    pub cancel: Option<Cancel>,
 }
+
+/// A flag that stops a running build when set.
+pub type Cancel = std::sync::Arc<std::sync::atomic::AtomicBool>;
 
 /// The sending end of a build's output, line by line.
 pub type LineSender = tokio::sync::mpsc::UnboundedSender<String>;
@@ -87,10 +97,11 @@ pub async fn off_runtime<T: Send + 'static>(
     step: fn(&CargoBuild<'_>) -> Result<T, Error>,
     output: Option<&dyn crate::report::Reporter>,
 ) -> Result<T, Error> {
-    let (root, package, bin) = (
+    let (root, package, bin, cancel) = (
         build.root.to_path_buf(),
         build.package.to_string(),
         build.bin.to_string(),
+        build.cancel.clone(),
     );
     let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
     let lines = output.is_some().then_some(sender);
@@ -100,6 +111,7 @@ pub async fn off_runtime<T: Send + 'static>(
             package: &package,
             bin: &bin,
             lines,
+            cancel,
         })
     });
     // The channel closes when the build ends and drops its sender.
@@ -140,11 +152,28 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
     .env("CARGO_TARGET_DIR", &target_dir)
     .env("CARGO_ENCODED_RUSTFLAGS", rustflags(build.root))
     .env_remove("RUSTFLAGS");
-    let (status, stderr) = run_with_deadline(cmd.into(), build.lines.as_ref(), BUILD_TIMEOUT)
-        .map_err(|source| Error::Run {
-            dir: build.root.to_path_buf(),
-            source,
+    let limits = Limits {
+        timeout: BUILD_TIMEOUT,
+        cancel: build.cancel.as_ref(),
+    };
+    let (status, stderr) =
+        run_with_deadline(cmd.into(), build.lines.as_ref(), limits).map_err(|source| {
+            Error::Run {
+                dir: build.root.to_path_buf(),
+                source,
+            }
         })?;
+    if build
+        .cancel
+        .as_ref()
+        .is_some_and(|c| c.load(Ordering::Relaxed))
+        && status.is_none()
+    {
+        return Err(Error::Cancelled {
+            package: package.to_string(),
+            bin: bin.to_string(),
+        });
+    }
     let Some(status) = status else {
         return Err(Error::Deadline {
             package: package.to_string(),
@@ -167,13 +196,19 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
     Ok(target_dir.join(TARGET).join("release").join(bin))
 }
 
-/// Runs `command` until it exits or `timeout` passes (then kills it).
-/// Its stderr is captured, and sent line by line to `lines` as it comes;
-/// the exit status is `None` when the deadline ended it.
+/// When a build is stopped before it ends.
+struct Limits<'a> {
+    timeout: Duration,
+    cancel: Option<&'a Cancel>,
+}
+
+/// Runs `command` until it exits, `timeout` passes or `cancel` is set (then
+/// kills it). Its stderr is captured, and sent line by line to `lines` as
+/// it comes; the exit status is `None` when it was stopped.
 fn run_with_deadline(
     mut command: Command,
     lines: Option<&LineSender>,
-    timeout: Duration,
+    limits: Limits<'_>,
 ) -> std::io::Result<(Option<ExitStatus>, String)> {
     command
         .stdin(Stdio::null())
@@ -196,12 +231,13 @@ fn run_with_deadline(
             captured
         })
     });
-    let deadline = Instant::now() + timeout;
+    let deadline = Instant::now() + limits.timeout;
     let status = loop {
         if let Some(status) = child.try_wait()? {
             break Some(status);
         }
-        if Instant::now() >= deadline {
+        let cancelled = limits.cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+        if cancelled || Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
             break None;
@@ -251,17 +287,50 @@ mod tests {
         assert_eq!(flags[2], "--remap-path-prefix=/src/my repo=/build");
     }
 
+    fn within(timeout: Duration) -> Limits<'static> {
+        Limits {
+            timeout,
+            cancel: None,
+        }
+    }
+
+    #[test]
+    fn a_cancelled_command_is_stopped_at_once() {
+        let sh = Shell::new().unwrap();
+        let cancel = Cancel::default();
+        let setter = cancel.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            setter.store(true, Ordering::Relaxed);
+        });
+        let started = std::time::Instant::now();
+        let limits = Limits {
+            timeout: Duration::from_secs(30),
+            cancel: Some(&cancel),
+        };
+        let (status, _) = run_with_deadline(cmd!(sh, "sleep 30").into(), None, limits).unwrap();
+        assert_eq!(status, None);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
     #[test]
     fn a_command_past_its_deadline_is_stopped() {
         let sh = Shell::new().unwrap();
-        let (status, _) =
-            run_with_deadline(cmd!(sh, "sleep 5").into(), None, Duration::from_millis(100))
-                .unwrap();
+        let (status, _) = run_with_deadline(
+            cmd!(sh, "sleep 5").into(),
+            None,
+            within(Duration::from_millis(100)),
+        )
+        .unwrap();
         assert_eq!(status, None);
         let (status, stderr) = run_with_deadline(
             cmd!(sh, "sh -c 'echo oops >&2; exit 3'").into(),
             None,
-            Duration::from_secs(5),
+            within(Duration::from_secs(5)),
         )
         .unwrap();
         assert_eq!(status.and_then(|s| s.code()), Some(3));
@@ -275,7 +344,7 @@ mod tests {
         let (status, stderr) = run_with_deadline(
             cmd!(sh, "sh -c 'echo one >&2; echo two >&2'").into(),
             Some(&sender),
-            Duration::from_secs(5),
+            within(Duration::from_secs(5)),
         )
         .unwrap();
         assert!(status.is_some_and(|s| s.success()));

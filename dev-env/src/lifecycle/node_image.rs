@@ -190,6 +190,7 @@ pub async fn build_sim_image(
         package: "kube-sim",
         bin: "kube-sim",
         lines: None,
+        cancel: None,
     };
     let binary = cargo_build::off_runtime(build, cargo_build::build_binary, output)
         .await

@@ -6,8 +6,9 @@
 //! command changes the environment under it; its own steps run inside that
 //! session. Saves are debounced (a quiet period of [`DEBOUNCE`]).
 //! Components build in parallel, each at most once at a time: a save that
-//! arrives while its component builds or rolls out marks it to run again
-//! once that run ends, so what ends up running is the last saved content.
+//! arrives while its component builds stops that build; one that arrives
+//! while it pushes or rolls out lets that finish; either way the component
+//! runs again, so what ends up running is the last saved content.
 //! A failure is reported and the session goes on; the next save retries.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -15,6 +16,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -25,12 +27,16 @@ use tokio::sync::mpsc;
 use super::inputs::{self, Inputs, Owner};
 use crate::config::{self, Config};
 use crate::deliver::{self, Outcome, PushFlags};
+use crate::image::cargo::Cancel;
 use crate::lifecycle::{self, UpOptions};
 use crate::lock;
 use crate::report::{Event, Reporter};
 
 /// How long the files stay quiet before a batch of saves counts.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
+/// How long the watcher merges the events of one write (an editor's
+/// create, write and rename of one save).
+const MERGE: Duration = Duration::from_millis(50);
 
 /// Why the session could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
@@ -73,13 +79,27 @@ struct Loop<'a> {
     options: &'a WatchOptions,
     reporter: &'a dyn Reporter,
     components: Vec<String>,
-    running: BTreeSet<String>,
+    /// The components that run, each with the flag that stops its build.
+    running: BTreeMap<String, Cancel>,
     /// Components saved again while they ran, with the first such save.
     again: BTreeMap<String, Instant>,
     runs: FuturesUnordered<Run<'a>>,
     inputs: Option<Inputs>,
     /// The directories the watcher watches.
     watched: BTreeSet<PathBuf>,
+}
+
+/// `first` and every batch that follows it without [`DEBOUNCE`] of quiet.
+async fn quiet(
+    mut first: Vec<PathBuf>,
+    saves: &mut mpsc::UnboundedReceiver<Vec<PathBuf>>,
+) -> Vec<PathBuf> {
+    while let Ok(Some(more)) = tokio::time::timeout(DEBOUNCE, saves.recv()).await {
+        first.extend(more);
+    }
+    first.sort();
+    first.dedup();
+    first
 }
 
 /// Runs the session of the environment file `file` until `shutdown`
@@ -111,7 +131,7 @@ pub async fn run(
         options,
         reporter,
         components,
-        running: BTreeSet::new(),
+        running: BTreeMap::new(),
         again: BTreeMap::new(),
         runs: FuturesUnordered::new(),
         inputs: None,
@@ -133,6 +153,7 @@ impl<'a> Loop<'a> {
             tokio::select! {
                 () = &mut shutdown => return Ok(()),
                 Some(paths) = saves.recv() => {
+                    let paths = quiet(paths, &mut saves).await;
                     if self.saved(paths).await? {
                         (_debouncer, saves) = self.watcher()?;
                     }
@@ -157,7 +178,7 @@ impl<'a> Loop<'a> {
     > {
         let inputs = Inputs::derive(&self.config)?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut debouncer = new_debouncer(DEBOUNCE, None, move |result: DebounceEventResult| {
+        let mut debouncer = new_debouncer(MERGE, None, move |result: DebounceEventResult| {
             // Reads (a build opening `Cargo.toml`) change nothing.
             let Ok(events) = result else { return };
             let paths: Vec<PathBuf> = events
@@ -281,14 +302,16 @@ impl<'a> Loop<'a> {
         });
     }
 
-    /// Pushes `name` as `push-image` does, unless it runs already: then it
-    /// runs again once this run ends.
+    /// Pushes `name` as `push-image` does, unless it runs already: then its
+    /// build stops, if it still builds, and it runs again once this run ends.
     fn start(&mut self, name: &str, saved: Instant) {
-        if self.running.contains(name) {
+        if let Some(cancel) = self.running.get(name) {
+            cancel.store(true, Ordering::Relaxed);
             self.again.entry(name.to_string()).or_insert(saved);
             return;
         }
-        self.running.insert(name.to_string());
+        let cancel = Cancel::default();
+        self.running.insert(name.to_string(), cancel.clone());
         let config = self.config.clone();
         let flags = PushFlags {
             rollout: true,
@@ -299,7 +322,9 @@ impl<'a> Loop<'a> {
         let reporter = self.reporter;
         let name = name.to_string();
         self.runs.push(Box::pin(async move {
-            let pushed = deliver::push(&config, std::slice::from_ref(&name), flags, reporter).await;
+            let components = std::slice::from_ref(&name);
+            let pushed =
+                deliver::push_cancellable(&config, components, flags, &cancel, reporter).await;
             let result = match pushed {
                 Ok(mut outcomes) if !outcomes.is_empty() => {
                     let outcome = outcomes.remove(0);
