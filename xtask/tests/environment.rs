@@ -195,6 +195,7 @@ fn every_command_keeps_its_output_contract() {
     assert!(reload["components"][0]["error"].is_null(), "{reload}");
     let status = json(&["dev", "status", "--json"]);
     assert_eq!(status["ok"], serde_json::json!(true), "{status}");
+    watch_speaks_json_and_stops_on_ctrl_c(&config);
 
     let down = json(&["dev", "down", "--json"]);
     assert_eq!(
@@ -206,4 +207,39 @@ fn every_command_keeps_its_output_contract() {
     // Nothing left: status says so with its own exit code.
     let out = xtask(&config, &["dev", "status"]).output().unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+}
+
+/// `watch --json`: one JSON object per event on stdout, up to the
+/// component's `ready`; Ctrl-C then ends it with status 0 within 2 s.
+fn watch_speaks_json_and_stops_on_ctrl_c(config: &Path) {
+    use std::io::BufRead;
+    let mut child = xtask(config, &["watch", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut events = Vec::new();
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        let event: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let ready = event["event"] == "ready" && event["component"] == "app";
+        events.push(event);
+        if ready {
+            break;
+        }
+    }
+    assert!(
+        events.iter().any(|e| e["event"] == "watching"),
+        "{events:?}"
+    );
+    let started = std::time::Instant::now();
+    let pid = child.id().to_string();
+    let sh = Shell::new().unwrap();
+    cmd!(sh, "kill -INT {pid}").run().unwrap();
+    let out = child.wait_with_output().unwrap();
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(took < Duration::from_secs(2), "watch stopped in {took:?}");
 }
