@@ -2,13 +2,14 @@
 //! reported as median, min and max over several runs. Nothing here is a
 //! test: no figure is asserted.
 //!
-//! Three sets: the inner loop against the same change by hand
-//! ([`inner_loop`]), a large layer against `curl` ([`blob_upload`]), and
-//! kube-sim at scale ([`sim_scale`]).
+//! Three sets: the inner loop against the same change by hand, then under
+//! `watch` ([`inner_loop`]), a large layer against `curl` ([`blob_upload`]),
+//! and kube-sim at scale ([`sim_scale`]).
 
 mod inner_loop;
 mod scale;
 mod upload;
+mod watching;
 
 use std::{
     path::Path,

@@ -59,8 +59,12 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
         bench.one_line_change(&client, run, &mut samples).await?;
         samples.baseline.push(bench.by_hand(run).await?);
     }
+    let save = |run: usize| bench.project.source_owned(format!("w{run}"));
+    let watched = super::watching::watch_loop(&bench.config.file, runs, save).await?;
     bench.reset().await?;
-    Ok(samples.figures())
+    let mut figures = samples.figures();
+    figures.extend(watched);
+    Ok(figures)
 }
 
 /// What the loop figures measured, one sample per run.
@@ -386,6 +390,12 @@ impl LoopProject {
     async fn source(&self, version: &str) -> Result<(), Error> {
         self.write("app/src/main.rs", &app_source(version, false))
             .await
+    }
+
+    /// [`LoopProject::source`] of an owned version, for callers that build
+    /// the version as they go.
+    async fn source_owned(&self, version: String) -> Result<(), Error> {
+        self.source(&version).await
     }
 
     /// The release build of the service's binary.
