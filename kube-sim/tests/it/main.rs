@@ -197,13 +197,18 @@ pub async fn raw(
     content_type: &str,
     body: &str,
 ) -> (u16, String) {
-    use http_body_util::BodyExt as _;
     let req = http::Request::builder()
         .method(method)
         .uri(uri)
         .header(http::header::CONTENT_TYPE, content_type)
         .body(kube::client::Body::from(body.as_bytes().to_vec()))
         .expect("a valid request");
+    send(client, req).await
+}
+
+/// Sends a request through a kube client and returns the status code and the body text.
+pub async fn send(client: &kube::Client, req: http::Request<kube::client::Body>) -> (u16, String) {
+    use http_body_util::BodyExt as _;
     let res = tokio::time::timeout(DEADLINE, client.send(req))
         .await
         .expect("the request finishes within the deadline")

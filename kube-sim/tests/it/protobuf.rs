@@ -5,7 +5,13 @@
 use kube_sim::Sim;
 use serde_json::Value;
 
-use crate::{DEADLINE, json, kubectl_at, kubectl_ok, raw, start};
+use crate::{json, kubectl_at, kubectl_ok, raw, start};
+
+/// kubectl with `command` split at spaces.
+async fn kubectl_words(sim: &Sim, command: &str) -> String {
+    let args: Vec<&str> = command.split_whitespace().collect();
+    kubectl_ok(sim, &args).await
+}
 
 async fn get_json(sim: &Sim, what: &[&str]) -> Value {
     let args = [&["get"], what, &["-o", "json"]].concat();
@@ -27,16 +33,7 @@ async fn kubectl_creates_namespaces_configmaps_secrets_and_service_accounts() {
     assert_eq!(cm["data"], serde_json::json!({"a": "b"}));
     assert_eq!(cm["metadata"]["namespace"], "default");
 
-    let args = [
-        "create",
-        "secret",
-        "generic",
-        "s",
-        "--from-literal=a=b",
-        "-n",
-        "x",
-    ];
-    let out = kubectl_ok(&sim, &args).await;
+    let out = kubectl_words(&sim, "create secret generic s --from-literal=a=b -n x").await;
     assert!(out.contains("secret/s created"), "{out}");
     let secret = get_json(&sim, &["secret", "s", "-n", "x"]).await;
     assert_eq!(secret["data"], serde_json::json!({"a": "Yg=="}));
@@ -52,14 +49,7 @@ async fn kubectl_creates_namespaces_configmaps_secrets_and_service_accounts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_creates_and_exposes_a_deployment_and_runs_a_pod() {
     let sim = start().await;
-    let args = [
-        "create",
-        "deployment",
-        "web",
-        "--image=nginx",
-        "--replicas=3",
-    ];
-    let out = kubectl_ok(&sim, &args).await;
+    let out = kubectl_words(&sim, "create deployment web --image=nginx --replicas=3").await;
     assert!(out.contains("deployment.apps/web created"), "{out}");
     let deploy = get_json(&sim, &["deployment", "web"]).await;
     assert_eq!(deploy["spec"]["replicas"], 3);
@@ -72,25 +62,11 @@ async fn kubectl_creates_and_exposes_a_deployment_and_runs_a_pod() {
         "web"
     );
 
-    let args = [
-        "create",
-        "deployment",
-        "idle",
-        "--image=nginx",
-        "--replicas=0",
-    ];
-    kubectl_ok(&sim, &args).await;
+    kubectl_words(&sim, "create deployment idle --image=nginx --replicas=0").await;
     let idle = get_json(&sim, &["deployment", "idle"]).await;
     assert_eq!(idle["spec"]["replicas"], 0, "an explicit zero is kept");
 
-    let args = [
-        "expose",
-        "deployment",
-        "web",
-        "--port=80",
-        "--target-port=8080",
-    ];
-    let out = kubectl_ok(&sim, &args).await;
+    let out = kubectl_words(&sim, "expose deployment web --port=80 --target-port=8080").await;
     assert!(out.contains("service/web exposed"), "{out}");
     let svc = get_json(&sim, &["service", "web"]).await;
     let port = &svc["spec"]["ports"][0];
@@ -163,25 +139,15 @@ async fn unserved_body_media_types_are_unsupported() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_accepting_only_protobuf_are_not_acceptable() {
-    use http_body_util::BodyExt as _;
     let sim = start().await;
     let client = sim.client().await.expect("a client");
     let send = |accept: &'static str| {
-        let client = client.clone();
-        async move {
-            let req = http::Request::builder()
-                .uri("/api/v1/namespaces/default/configmaps")
-                .header(http::header::ACCEPT, accept)
-                .body(kube::client::Body::empty())
-                .expect("a valid request");
-            let res = tokio::time::timeout(DEADLINE, client.send(req))
-                .await
-                .expect("the request finishes within the deadline")
-                .expect("the request is sent");
-            let code = res.status().as_u16();
-            let body = res.into_body().collect().await.expect("a body").to_bytes();
-            (code, String::from_utf8_lossy(&body).into_owned())
-        }
+        let req = http::Request::builder()
+            .uri("/api/v1/namespaces/default/configmaps")
+            .header(http::header::ACCEPT, accept)
+            .body(kube::client::Body::empty())
+            .expect("a valid request");
+        crate::send(&client, req)
     };
     let (code, text) = send("application/vnd.kubernetes.protobuf").await;
     assert_eq!(code, 406, "{text}");
@@ -214,7 +180,6 @@ async fn send_protobuf(
     uri: &str,
     body: Vec<u8>,
 ) -> (u16, String) {
-    use http_body_util::BodyExt as _;
     let req = http::Request::builder()
         .method(method)
         .uri(uri)
@@ -228,13 +193,7 @@ async fn send_protobuf(
         )
         .body(kube::client::Body::from(body))
         .expect("a valid request");
-    let res = tokio::time::timeout(DEADLINE, client.send(req))
-        .await
-        .expect("the request finishes within the deadline")
-        .expect("the request is sent");
-    let code = res.status().as_u16();
-    let bytes = res.into_body().collect().await.expect("a body").to_bytes();
-    (code, String::from_utf8_lossy(&bytes).into_owned())
+    crate::send(client, req).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
