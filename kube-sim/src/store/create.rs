@@ -7,8 +7,7 @@ use serde_json::{Value, json};
 use super::history::{EventKind, store_object};
 use super::update::{Managed, require_object, set_type, validate};
 use super::{
-    Error, FieldValidation, Result, State, Store, WriteOptions, next_rv, qualified_kind, scope_ns,
-    set_rv,
+    Error, FieldValidation, Result, State, Store, WriteOptions, next_rv, scope_ns, set_rv,
 };
 use crate::meta::{self, metadata_mut};
 use crate::resource::{GenerationRule, GroupResource, ResourceInfo};
@@ -68,7 +67,7 @@ impl Store {
         if gr == GroupResource::new("", "services") {
             allocate_cluster_ip(st, &mut obj);
         }
-        validate(info, &obj)?;
+        validate(info, &obj, None)?;
         stamp_system_metadata(info, &mut obj);
         if let Managed::Update(manager) = managed {
             super::track_update(info, None, &mut obj, manager, None);
@@ -137,14 +136,14 @@ fn settle_create_metadata(info: &ResourceInfo, ns: &str, obj: &mut Value) -> Res
                 md.insert("name".into(), json!(name));
             }
             _ => {
-                return Err(Error::Invalid {
-                    qualified_kind: qualified_kind(info),
-                    group: info.group.clone(),
-                    kind: info.kind.clone(),
-                    name: String::new(),
-                    message: "metadata.name: Required value: name or generateName is required"
-                        .to_string(),
-                });
+                return Err(Error::invalid(
+                    info,
+                    "",
+                    vec![crate::validation::FieldError::required(
+                        "metadata.name",
+                        "name or generateName is required",
+                    )],
+                ));
             }
         }
     }

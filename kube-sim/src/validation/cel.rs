@@ -1,0 +1,380 @@
+//! `x-kubernetes-validations` of custom resource schemas: CEL rules evaluated with `self` bound to the value
+//! at the rule's schema node (and `oldSelf` to the stored value on updates, for transition rules), and the
+//! compilation of every rule when a CRD is written.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+use serde_json::Value;
+
+use super::{BadValue, ErrorType, FieldError};
+
+/// The CEL environment of validation rules: the standard library with the string extensions.
+static ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| {
+    let mut env = cel::Env::stdlib();
+    // The extension only declares functions; it cannot clash with the standard library.
+    let _ = env.add_extension(cel::extensions::strings);
+    let _ = env.add_extension(cel::extensions::lists);
+    Arc::new(env)
+});
+
+/// A rule could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The rule does not compile.
+    #[error("compilation failed: {0}")]
+    Compile(#[source] cel::ParseErrors),
+    /// The rule failed while it ran.
+    #[error("{0}")]
+    Execute(#[source] cel::ExecutionError),
+    /// The rule gave something other than a boolean.
+    #[error("rule did not evaluate to a boolean")]
+    NotBoolean,
+}
+
+/// Compiles a rule.
+pub fn compile(rule: &str) -> Result<cel::Program, Error> {
+    ENV.compile(rule).map_err(Error::Compile)
+}
+
+/// A decoded JSON value as a CEL value: integers as `int`, other numbers as `double`.
+pub fn to_cel(v: &Value) -> cel::Value {
+    match v {
+        Value::Null => cel::Value::Null,
+        Value::Bool(b) => cel::Value::Bool(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => cel::Value::Int(i),
+            None => cel::Value::Float(n.as_f64().unwrap_or(0.0)),
+        },
+        Value::String(s) => cel::Value::from(s.as_str()),
+        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
+        Value::Object(map) => {
+            let m: HashMap<String, cel::Value> =
+                map.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+            cel::Value::from(m)
+        }
+    }
+}
+
+/// Runs a compiled rule on `self` (and `oldSelf`).
+pub fn evaluate(
+    program: &cel::Program,
+    this: &Value,
+    old: Option<&Value>,
+) -> Result<cel::Value, Error> {
+    let mut ctx = cel::Context::with_env(ENV.clone());
+    ctx.add_variable_from_value("self", to_cel(this));
+    if let Some(old) = old {
+        ctx.add_variable_from_value("oldSelf", to_cel(old));
+    }
+    program.execute(&ctx).map_err(Error::Execute)
+}
+
+/// Whether a rule compares against the stored object (a transition rule).
+fn is_transition(rule: &str) -> bool {
+    let bytes = rule.as_bytes();
+    rule.match_indices("oldSelf").any(|(i, _)| {
+        let before = i.checked_sub(1).map(|j| bytes[j]);
+        let after = bytes.get(i + "oldSelf".len());
+        let word = |c: Option<&u8>| c.is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_');
+        !word(before.as_ref()) && !word(after)
+    })
+}
+
+/// The errors of a custom resource under the CEL rules of its schema.
+pub fn validate(obj: &Value, old: Option<&Value>, schema: &Value) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let mut root = obj.clone();
+    if let Value::Object(m) = &mut root {
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    walk(&root, old, schema, "", &mut errors);
+    errors
+}
+
+/// Evaluates the rules of a schema node and of the nodes under it.
+fn walk(v: &Value, old: Option<&Value>, schema: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    if let Some(rules) = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    {
+        for rule in rules {
+            check_rule(rule, v, old, schema, path, errors);
+        }
+    }
+    match v {
+        Value::Object(map) => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (k, child) in map {
+                if path.is_empty() && k == "metadata" {
+                    continue;
+                }
+                let Some(s) = props.and_then(|p| p.get(k)).or(additional) else {
+                    continue;
+                };
+                let old_child = old.and_then(|o| o.get(k));
+                let child_path = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                walk(child, old_child, s, &child_path, errors);
+            }
+        }
+        Value::Array(items) => {
+            let Some(s) = schema.get("items") else { return };
+            for (i, item) in items.iter().enumerate() {
+                let old_item = old.and_then(|o| correlated_item(o, item, schema));
+                walk(item, old_item, s, &format!("{path}[{i}]"), errors);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The stored item a list item corresponds to: in `map` lists, the item with the same keys.
+fn correlated_item<'a>(old: &'a Value, item: &Value, schema: &Value) -> Option<&'a Value> {
+    if schema.get("x-kubernetes-list-type").and_then(Value::as_str) != Some("map") {
+        return None;
+    }
+    let keys: Vec<&str> = schema
+        .get("x-kubernetes-list-map-keys")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    old.as_array()?
+        .iter()
+        .find(|o| keys.iter().all(|k| o.get(*k) == item.get(*k)))
+}
+
+/// Evaluates one rule on one value and records its error.
+fn check_rule(
+    rule: &Value,
+    v: &Value,
+    old: Option<&Value>,
+    schema: &Value,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    let text = rule.get("rule").and_then(Value::as_str).unwrap_or("");
+    if is_transition(text) && old.is_none() {
+        return;
+    }
+    let Ok(program) = compile(text) else { return };
+    let detail = match evaluate(&program, v, old) {
+        Ok(cel::Value::Bool(true)) => return,
+        Ok(cel::Value::Bool(false)) => failure_message(rule, v, old, text),
+        Ok(_) => Error::NotBoolean.to_string(),
+        Err(e) => e.to_string(),
+    };
+    let field = match rule.get("fieldPath").and_then(Value::as_str) {
+        Some(fp) if !fp.is_empty() => join_field_path(path, fp),
+        _ => path.to_string(),
+    };
+    let type_name = schema.get("type").and_then(Value::as_str).unwrap_or("");
+    let kind = match rule.get("reason").and_then(Value::as_str) {
+        Some("FieldValueForbidden") => ErrorType::Forbidden,
+        Some("FieldValueRequired") => ErrorType::Required,
+        Some("FieldValueDuplicate") => ErrorType::Duplicate,
+        _ => ErrorType::Invalid,
+    };
+    errors.push(FieldError::new(
+        kind,
+        &field,
+        BadValue::Json(Value::from(type_name)),
+        &detail,
+    ));
+}
+
+/// The message of a failed rule: its `messageExpression`, its `message`, or `failed rule: <rule>`.
+fn failure_message(rule: &Value, v: &Value, old: Option<&Value>, text: &str) -> String {
+    if let Some(expr) = rule.get("messageExpression").and_then(Value::as_str)
+        && let Ok(p) = compile(expr)
+        && let Ok(cel::Value::String(s)) = evaluate(&p, v, old)
+        && !s.trim().is_empty()
+    {
+        return s.to_string();
+    }
+    match rule.get("message").and_then(Value::as_str) {
+        Some(m) if !m.is_empty() => m.to_string(),
+        _ => format!("failed rule: {}", text.trim()),
+    }
+}
+
+/// A rule's `fieldPath` (`.spec.replicas`, `.labels['a.b']`) appended to the path of its node.
+fn join_field_path(path: &str, field_path: &str) -> String {
+    let mut out = path.to_string();
+    let mut rest = field_path;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("['") {
+            let end = r.find("']").unwrap_or(r.len());
+            out.push('.');
+            out.push_str(&r[..end]);
+            rest = r.get(end + 2..).unwrap_or("");
+        } else if let Some(r) = rest.strip_prefix('.') {
+            let end = r.find(['.', '[']).unwrap_or(r.len());
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(&r[..end]);
+            rest = &r[end..];
+        } else if rest.starts_with('[') {
+            let end = rest.find(']').map_or(rest.len(), |e| e + 1);
+            out.push_str(&rest[..end]);
+            rest = &rest[end..];
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(rest);
+            rest = "";
+        }
+    }
+    out
+}
+
+/// The errors of the rules of a CRD's schemas that do not compile.
+pub fn compile_errors(schema: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    if let Some(rules) = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+    {
+        for (i, rule) in rules.iter().enumerate() {
+            let text = rule.get("rule").and_then(Value::as_str).unwrap_or("");
+            let rule_path = format!("{path}.x-kubernetes-validations[{i}].rule");
+            if text.trim().is_empty() {
+                errors.push(FieldError::required(&rule_path, ""));
+                continue;
+            }
+            if let Err(e) = compile(text) {
+                errors.push(FieldError::new(
+                    ErrorType::Invalid,
+                    &rule_path,
+                    BadValue::Raw(go_rule(rule)),
+                    &e.to_string().replace('\n', " "),
+                ));
+            }
+            if let Some(expr) = rule.get("messageExpression").and_then(Value::as_str)
+                && let Err(e) = compile(expr)
+            {
+                errors.push(FieldError::new(
+                    ErrorType::Invalid,
+                    &format!("{path}.x-kubernetes-validations[{i}].messageExpression"),
+                    BadValue::Json(Value::from(expr)),
+                    &format!("messageExpression {e}").replace('\n', " "),
+                ));
+            }
+        }
+    }
+    for (key, shown) in [("properties", true), ("additionalProperties", false)] {
+        match schema.get(key) {
+            Some(Value::Object(props)) if shown => {
+                for (k, s) in props {
+                    compile_errors(s, &format!("{path}.properties[{k}]"), errors);
+                }
+            }
+            Some(s @ Value::Object(_)) => {
+                compile_errors(s, &format!("{path}.additionalProperties"), errors)
+            }
+            _ => {}
+        }
+    }
+    if let Some(items) = schema.get("items") {
+        compile_errors(items, &format!("{path}.items"), errors);
+    }
+}
+
+/// A validation rule in the Go form the API server prints it.
+fn go_rule(rule: &Value) -> String {
+    let s = |k: &str| super::go_quote(rule.get(k).and_then(Value::as_str).unwrap_or(""));
+    format!(
+        "apiextensions.ValidationRule{{Rule:{}, Message:{}, MessageExpression:{}, Reason:(*apiextensions.FieldValueErrorReason)(nil), FieldPath:{}, OptionalOldSelf:(*bool)(nil)}}",
+        s("rule"),
+        s("message"),
+        s("messageExpression"),
+        s("fieldPath")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn schema() -> Value {
+        json!({"type": "object", "properties": {"spec": {"type": "object",
+        "x-kubernetes-validations": [
+            {"rule": "self.minReplicas <= self.maxReplicas", "message": "minReplicas must not exceed maxReplicas"},
+            {"rule": "!has(self.mode) || self.mode.startsWith('m')", "fieldPath": ".mode"},
+            {"rule": "self.tags.all(t, t.matches('^[a-z]+$')) && size(self.tags) < 3"},
+            {"rule": "self.minReplicas >= oldSelf.minReplicas", "message": "may not shrink"}
+        ],
+        "properties": {
+            "minReplicas": {"type": "integer"}, "maxReplicas": {"type": "integer"},
+            "mode": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string"}}
+        }}}})
+    }
+
+    fn messages(obj: Value, old: Option<Value>) -> Vec<String> {
+        validate(&obj, old.as_ref(), &schema())
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn rules_report_their_message_or_the_rule() {
+        let ok = json!({"spec": {"minReplicas": 1, "maxReplicas": 2, "tags": ["a"]}});
+        assert!(messages(ok.clone(), None).is_empty());
+        let bad =
+            json!({"spec": {"minReplicas": 3, "maxReplicas": 2, "mode": "fast", "tags": ["A"]}});
+        assert_eq!(
+            messages(bad, None),
+            vec![
+                "spec: Invalid value: \"object\": minReplicas must not exceed maxReplicas",
+                "spec.mode: Invalid value: \"object\": failed rule: !has(self.mode) || self.mode.startsWith('m')",
+                "spec: Invalid value: \"object\": failed rule: self.tags.all(t, t.matches('^[a-z]+$')) && size(self.tags) < 3",
+            ]
+        );
+    }
+
+    #[test]
+    fn transition_rules_see_the_stored_object() {
+        let old = json!({"spec": {"minReplicas": 2, "maxReplicas": 5, "tags": []}});
+        let new = json!({"spec": {"minReplicas": 1, "maxReplicas": 5, "tags": []}});
+        assert_eq!(
+            messages(new, Some(old)),
+            vec!["spec: Invalid value: \"object\": may not shrink"]
+        );
+    }
+
+    #[test]
+    fn rules_that_do_not_compile_are_named() {
+        let schema = json!({"type": "object", "properties": {"spec": {"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.replicas >"}]}}});
+        let mut errors = Vec::new();
+        compile_errors(
+            &schema,
+            "spec.versions[0].schema.openAPIV3Schema",
+            &mut errors,
+        );
+        assert_eq!(errors.len(), 1);
+        let m = errors[0].to_string();
+        assert!(
+            m.starts_with("spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule: Invalid value: apiextensions.ValidationRule{Rule:\"self.replicas >\""),
+            "{m}"
+        );
+        assert!(m.contains("compilation failed"), "{m}");
+    }
+
+    #[test]
+    fn field_paths_join_the_node_path() {
+        assert_eq!(join_field_path("spec", ".mode"), "spec.mode");
+        assert_eq!(join_field_path("spec", ".labels['a.b']"), "spec.labels.a.b");
+        assert_eq!(join_field_path("", ".spec.x"), "spec.x");
+    }
+}
