@@ -21,16 +21,30 @@ impl Store {
         obj: Value,
         opts: &WriteOptions,
     ) -> Result<Value> {
+        self.create_with_warnings(gr, namespace, obj, opts)
+            .map(|(created, _)| created)
+    }
+
+    /// Creates an object like [`Store::create`], also returning the warnings about unknown fields it dropped.
+    pub fn create_with_warnings(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<(Value, Vec<String>)> {
         let mut st = self.lock();
         let info = st.info(gr)?;
         let managed = opts.managed();
         let validation = opts.field_validation;
-        let (obj, _) = self.prepare_create(&mut st, &info, namespace, obj, managed, validation)?;
-        Ok(if opts.dry_run {
+        let (obj, warnings) =
+            self.prepare_create(&mut st, &info, namespace, obj, managed, validation)?;
+        let created = if opts.dry_run {
             obj
         } else {
             self.insert_new(st, &info, obj)
-        })
+        };
+        Ok((created, warnings))
     }
 
     /// The object a create would store (without its `resourceVersion`), and warnings about pruned fields:

@@ -62,6 +62,9 @@ pub enum Error {
     /// The request is malformed.
     #[error("{0}")]
     BadRequest(String),
+    /// The request body is larger than the server reads.
+    #[error("Request entity too large: {0}")]
+    RequestEntityTooLarge(String),
     /// The patch type is not accepted for this resource.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -96,6 +99,7 @@ impl Error {
             }
             Error::Invalid { .. } => 422,
             Error::BadRequest(_) => 400,
+            Error::RequestEntityTooLarge(_) => 413,
             Error::UnsupportedMediaType(_) => 415,
             Error::Forbidden { .. } => 403,
             Error::Expired(_) => 410,
@@ -112,6 +116,7 @@ impl Error {
             Error::Conflict { .. } | Error::ApplyConflict { .. } => "Conflict",
             Error::Invalid { .. } => "Invalid",
             Error::BadRequest(_) => "BadRequest",
+            Error::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
             Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Error::Forbidden { .. } => "Forbidden",
             Error::Expired(_) => "Expired",

@@ -50,6 +50,20 @@ impl Store {
         obj: Value,
         opts: &WriteOptions,
     ) -> Result<Value> {
+        self.update_with_warnings(endpoint, gr, namespace, obj, opts)
+            .map(|(updated, _)| updated)
+    }
+
+    /// Replaces an object like [`Store::update`], also returning the warnings about unknown fields it
+    /// dropped.
+    pub fn update_with_warnings(
+        &self,
+        endpoint: Endpoint,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<(Value, Vec<String>)> {
         let manager = opts.field_manager.as_deref().unwrap_or("kube-sim");
         let name = meta::name_of(&obj).to_string();
         if name.is_empty() {
@@ -64,7 +78,7 @@ impl Store {
         {
             return Err(Error::stale(gr, &name));
         }
-        let (new, _warnings) = self.prepare_update(
+        let (new, warnings) = self.prepare_update(
             &info,
             &old,
             obj,
@@ -73,9 +87,9 @@ impl Store {
             opts.field_validation,
         )?;
         if opts.dry_run {
-            return Ok(new);
+            return Ok((new, warnings));
         }
-        Ok(self.commit_update(st, &info, key, old, new))
+        Ok((self.commit_update(st, &info, key, old, new), warnings))
     }
 
     /// Defaults built-in types and prunes custom resources; returns warnings about pruned fields.

@@ -3,7 +3,24 @@
 
 use std::fmt;
 
+use crate::store::FieldValidation;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+/// What a body's repeated fields mean under a field validation mode: under `Strict` the `400 BadRequest`
+/// message refusing it, under `Warn` one warning each, under `Ignore` nothing.
+pub fn check_duplicates(body: &[u8], mode: FieldValidation) -> Result<Vec<String>, String> {
+    if mode == FieldValidation::Ignore {
+        return Ok(Vec::new());
+    }
+    let found: Vec<String> = duplicate_fields(body)
+        .iter()
+        .map(|p| format!("duplicate field \"{p}\""))
+        .collect();
+    if mode == FieldValidation::Strict && !found.is_empty() {
+        return Err(format!("strict decoding error: {}", found.join(", ")));
+    }
+    Ok(found)
+}
 
 /// The paths (`spec.replicas`, `spec.containers[0].name`) of the fields a JSON body repeats within one
 /// object, in the order they repeat. A body that is not JSON has none.

@@ -12,6 +12,7 @@ mod oci;
 mod rollout;
 mod scale;
 mod semantics;
+mod validation;
 
 use std::path::Path;
 use std::process::Output;
