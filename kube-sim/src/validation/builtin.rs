@@ -76,6 +76,7 @@ pub fn metadata(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
         ("", "services") => name_errors("metadata.name", name, NameRule::Dns1035),
         _ => name_errors("metadata.name", name, NameRule::Subdomain),
     };
+    errors.extend(super::labels::validate(obj));
     if let Some(old) = old
         && old.pointer("/metadata/deletionTimestamp").is_some()
     {
@@ -194,8 +195,20 @@ fn workload(obj: &Value, old: Option<&Value>, noun: &str) -> Vec<FieldError> {
     let labels = obj
         .pointer("/spec/template/metadata/labels")
         .and_then(Value::as_object);
+    let mismatch = || {
+        FieldError::new(
+            ErrorType::Invalid,
+            "spec.template.metadata.labels",
+            BadValue::Raw(go_string_map(labels)),
+            "`selector` does not match template `labels`",
+        )
+    };
     match selector {
-        None => errors.push(FieldError::required("spec.selector", "")),
+        None => {
+            // A missing selector selects nothing, so the template's labels do not match it either.
+            errors.push(FieldError::required("spec.selector", ""));
+            errors.push(mismatch());
+        }
         Some(s) => {
             let count = |k: &str| {
                 s.get(k).and_then(Value::as_object).map_or(0, Map::len)
@@ -209,12 +222,7 @@ fn workload(obj: &Value, old: Option<&Value>, noun: &str) -> Vec<FieldError> {
                     &format!("empty selector is invalid for {noun}"),
                 ));
             } else if !selector_matches(s, labels) {
-                errors.push(FieldError::new(
-                    ErrorType::Invalid,
-                    "spec.template.metadata.labels",
-                    BadValue::Raw(go_string_map(labels)),
-                    "`selector` does not match template `labels`",
-                ));
+                errors.push(mismatch());
             }
         }
     }
@@ -240,10 +248,12 @@ fn workload(obj: &Value, old: Option<&Value>, noun: &str) -> Vec<FieldError> {
             &["Always".to_string()],
         ));
     }
+    if noun == "deployment" {
+        errors.extend(strategy(obj.pointer("/spec/strategy")));
+    }
     if let Some(old) = old
         && let Some(before) = old.pointer("/spec/selector")
         && selector.is_some_and(|s| s != before)
-        && noun == "deployment"
     {
         errors.push(FieldError::new(
             ErrorType::Invalid,
@@ -251,6 +261,53 @@ fn workload(obj: &Value, old: Option<&Value>, noun: &str) -> Vec<FieldError> {
             BadValue::Raw(go_selector(selector.unwrap_or(&Value::Null))),
             "field is immutable",
         ));
+    }
+    errors
+}
+
+/// A Deployment's strategy: `rollingUpdate` only with the `RollingUpdate` type, and not both of its
+/// `maxSurge` and `maxUnavailable` zero.
+fn strategy(strategy: Option<&Value>) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let Some(strategy) = strategy else {
+        return errors;
+    };
+    let rolling = strategy.get("rollingUpdate").filter(|r| !r.is_null());
+    match strategy.get("type").and_then(Value::as_str) {
+        Some("Recreate") if rolling.is_some() => errors.push(FieldError::forbidden(
+            "spec.strategy.rollingUpdate",
+            "may not be specified when strategy `type` is 'Recreate'",
+        )),
+        Some("Recreate") | None => {}
+        Some("RollingUpdate") => {
+            let zero = |k: &str| {
+                rolling
+                    .and_then(|r| r.get(k))
+                    .is_some_and(|v| v == &Value::from(0) || v == &Value::from("0%"))
+            };
+            if zero("maxSurge") && zero("maxUnavailable") {
+                let shown = match rolling.and_then(|r| r.get("maxUnavailable")) {
+                    Some(Value::String(s)) => {
+                        format!(
+                            "intstr.IntOrString{{Type:1, IntVal:0, StrVal:{}}}",
+                            go_quote(s)
+                        )
+                    }
+                    _ => "intstr.IntOrString{Type:0, IntVal:0, StrVal:\"\"}".to_string(),
+                };
+                errors.push(FieldError::new(
+                    ErrorType::Invalid,
+                    "spec.strategy.rollingUpdate.maxUnavailable",
+                    BadValue::Raw(shown),
+                    "may not be 0 when `maxSurge` is 0",
+                ));
+            }
+        }
+        Some(other) => errors.push(FieldError::not_supported(
+            "spec.strategy.type",
+            &Value::from(other),
+            &["Recreate".to_string(), "RollingUpdate".to_string()],
+        )),
     }
     errors
 }
@@ -394,6 +451,25 @@ mod tests {
             errors,
             vec![
                 "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"db\"}: `selector` does not match template `labels`"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_selector_and_a_recreate_strategy_with_rolling_parameters_are_refused() {
+        let d = json!({"spec": {"template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "a", "image": "x"}]}},
+            "strategy": {"type": "Recreate", "rollingUpdate": {"maxSurge": 1}}}});
+        let errors: Vec<String> = workload(&d, None, "deployment")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            errors,
+            vec![
+                "spec.selector: Required value",
+                "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"web\"}: `selector` does not match template `labels`",
+                "spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'",
             ]
         );
     }

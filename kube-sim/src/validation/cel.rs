@@ -37,35 +37,54 @@ pub fn compile(rule: &str) -> Result<cel::Program, Error> {
     ENV.compile(rule).map_err(Error::Compile)
 }
 
-/// A decoded JSON value as a CEL value: integers as `int`, other numbers as `double`.
-pub fn to_cel(v: &Value) -> cel::Value {
+/// A decoded JSON value as a CEL value of its schema's type: `number` fields as `double` even when
+/// written without a fraction, other integers as `int`.
+pub fn to_cel(v: &Value, schema: Option<&Value>) -> cel::Value {
+    let sub = |key: &str| schema.and_then(|s| s.get(key)).filter(|s| s.is_object());
     match v {
         Value::Null => cel::Value::Null,
         Value::Bool(b) => cel::Value::Bool(*b),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => cel::Value::Int(i),
-            None => cel::Value::Float(n.as_f64().unwrap_or(0.0)),
-        },
+        Value::Number(n) => {
+            let double =
+                schema.and_then(|s| s.get("type")).and_then(Value::as_str) == Some("number");
+            match n.as_i64() {
+                Some(i) if !double => cel::Value::Int(i),
+                _ => cel::Value::Float(n.as_f64().unwrap_or(0.0)),
+            }
+        }
         Value::String(s) => cel::Value::from(s.as_str()),
-        Value::Array(items) => cel::Value::List(Arc::new(items.iter().map(to_cel).collect())),
+        Value::Array(items) => {
+            let item_schema = sub("items");
+            cel::Value::List(Arc::new(
+                items.iter().map(|i| to_cel(i, item_schema)).collect(),
+            ))
+        }
         Value::Object(map) => {
-            let m: HashMap<String, cel::Value> =
-                map.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+            let props = sub("properties");
+            let additional = sub("additionalProperties");
+            let m: HashMap<String, cel::Value> = map
+                .iter()
+                .map(|(k, v)| {
+                    let s = props.and_then(|p| p.get(k)).or(additional);
+                    (k.clone(), to_cel(v, s))
+                })
+                .collect();
             cel::Value::from(m)
         }
     }
 }
 
-/// Runs a compiled rule on `self` (and `oldSelf`).
+/// Runs a compiled rule on `self` (and `oldSelf`), both of the type `schema` declares.
 pub fn evaluate(
     program: &cel::Program,
     this: &Value,
     old: Option<&Value>,
+    schema: Option<&Value>,
 ) -> Result<cel::Value, Error> {
     let mut ctx = cel::Context::with_env(ENV.clone());
-    ctx.add_variable_from_value("self", to_cel(this));
+    ctx.add_variable_from_value("self", to_cel(this, schema));
     if let Some(old) = old {
-        ctx.add_variable_from_value("oldSelf", to_cel(old));
+        ctx.add_variable_from_value("oldSelf", to_cel(old, schema));
     }
     program.execute(&ctx).map_err(Error::Execute)
 }
@@ -84,13 +103,19 @@ fn is_transition(rule: &str) -> bool {
 /// The errors of a custom resource under the CEL rules of its schema.
 pub fn validate(obj: &Value, old: Option<&Value>, schema: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    let mut root = obj.clone();
-    if let Value::Object(m) = &mut root {
-        m.remove("apiVersion");
-        m.remove("kind");
-    }
-    walk(&root, old, schema, "", &mut errors);
+    let root = visible_root(obj);
+    let old_root = old.map(visible_root);
+    walk(&root, old_root.as_ref(), schema, "", &mut errors);
     errors
+}
+
+/// The object as rules at the root see it: of `metadata`, only `name` and `generateName`.
+fn visible_root(obj: &Value) -> Value {
+    let mut root = obj.clone();
+    if let Some(Value::Object(md)) = root.get_mut("metadata") {
+        md.retain(|k, _| k == "name" || k == "generateName");
+    }
+    root
 }
 
 /// Evaluates the rules of a schema node and of the nodes under it.
@@ -108,7 +133,7 @@ fn walk(v: &Value, old: Option<&Value>, schema: &Value, path: &str, errors: &mut
             let props = schema.get("properties").and_then(Value::as_object);
             let additional = schema.get("additionalProperties").filter(|a| a.is_object());
             for (k, child) in map {
-                if path.is_empty() && k == "metadata" {
+                if path.is_empty() && matches!(k.as_str(), "metadata" | "apiVersion" | "kind") {
                     continue;
                 }
                 let Some(s) = props.and_then(|p| p.get(k)).or(additional) else {
@@ -164,9 +189,9 @@ fn check_rule(
         return;
     }
     let Ok(program) = compile(text) else { return };
-    let detail = match evaluate(&program, v, old) {
+    let detail = match evaluate(&program, v, old, Some(schema)) {
         Ok(cel::Value::Bool(true)) => return,
-        Ok(cel::Value::Bool(false)) => failure_message(rule, v, old, text),
+        Ok(cel::Value::Bool(false)) => failure_message(rule, v, old, schema, text),
         Ok(_) => Error::NotBoolean.to_string(),
         Err(e) => e.to_string(),
     };
@@ -190,10 +215,16 @@ fn check_rule(
 }
 
 /// The message of a failed rule: its `messageExpression`, its `message`, or `failed rule: <rule>`.
-fn failure_message(rule: &Value, v: &Value, old: Option<&Value>, text: &str) -> String {
+fn failure_message(
+    rule: &Value,
+    v: &Value,
+    old: Option<&Value>,
+    schema: &Value,
+    text: &str,
+) -> String {
     if let Some(expr) = rule.get("messageExpression").and_then(Value::as_str)
         && let Ok(p) = compile(expr)
-        && let Ok(cel::Value::String(s)) = evaluate(&p, v, old)
+        && let Ok(cel::Value::String(s)) = evaluate(&p, v, old, Some(schema))
         && !s.trim().is_empty()
     {
         return s.to_string();
@@ -369,6 +400,25 @@ mod tests {
             "{m}"
         );
         assert!(m.contains("compilation failed"), "{m}");
+    }
+
+    #[test]
+    fn number_fields_are_doubles_and_the_root_sees_the_name() {
+        let schema = json!({"type": "object",
+            "x-kubernetes-validations": [{"rule": "self.metadata.name.startsWith('pool-')"}],
+            "properties": {"spec": {"type": "object",
+                "x-kubernetes-validations": [{"rule": "self.ratio <= 0.5"}],
+                "properties": {"ratio": {"type": "number"}}}}});
+        let obj = json!({"apiVersion": "x/v1", "kind": "X",
+            "metadata": {"name": "pool-a", "labels": {"a": "b"}}, "spec": {"ratio": 1}});
+        let errors: Vec<String> = validate(&obj, None, &schema)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            errors,
+            vec!["spec: Invalid value: \"object\": failed rule: self.ratio <= 0.5"]
+        );
     }
 
     #[test]

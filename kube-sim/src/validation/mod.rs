@@ -9,6 +9,7 @@ pub mod cel;
 pub mod crd;
 pub mod decode;
 pub mod format;
+pub mod labels;
 pub mod pod;
 pub mod strict;
 

@@ -76,6 +76,16 @@ fn container(c: &Value, at: &str, names: &mut Vec<String>, errors: &mut Vec<Fiel
     {
         errors.push(FieldError::required(&format!("{at}.image"), ""));
     }
+    if let Some(policy) = c.get("imagePullPolicy").and_then(Value::as_str)
+        && !matches!(policy, "Always" | "IfNotPresent" | "Never")
+    {
+        let supported = ["Always", "IfNotPresent", "Never"].map(str::to_string);
+        errors.push(FieldError::not_supported(
+            &format!("{at}.imagePullPolicy"),
+            &Value::from(policy),
+            &supported,
+        ));
+    }
     let ports = c
         .get("ports")
         .and_then(Value::as_array)
@@ -103,6 +113,16 @@ fn container(c: &Value, at: &str, names: &mut Vec<String>, errors: &mut Vec<Fiel
 pub fn validate_pod(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let spec = obj.get("spec").unwrap_or(&Value::Null);
     let mut errors = validate_spec(spec, "spec");
+    if let Some(policy) = spec.get("restartPolicy").and_then(Value::as_str)
+        && !matches!(policy, "Always" | "OnFailure" | "Never")
+    {
+        let supported = ["Always", "OnFailure", "Never"].map(str::to_string);
+        errors.push(FieldError::not_supported(
+            "spec.restartPolicy",
+            &Value::from(policy),
+            &supported,
+        ));
+    }
     if let Some(old) = old {
         let before = old.get("spec").unwrap_or(&Value::Null);
         if !only_mutable_changes(before, spec) {
