@@ -160,7 +160,11 @@ fn walk(v: &Value, old: Option<&Value>, schema: &Value, path: &str, errors: &mut
 }
 
 /// The stored item a list item corresponds to: in `map` lists, the item with the same keys.
-fn correlated_item<'a>(old: &'a Value, item: &Value, schema: &Value) -> Option<&'a Value> {
+pub(super) fn correlated_item<'a>(
+    old: &'a Value,
+    item: &Value,
+    schema: &Value,
+) -> Option<&'a Value> {
     if schema.get("x-kubernetes-list-type").and_then(Value::as_str) != Some("map") {
         return None;
     }
@@ -185,7 +189,12 @@ fn check_rule(
     errors: &mut Vec<FieldError>,
 ) {
     let text = rule.get("rule").and_then(Value::as_str).unwrap_or("");
-    if is_transition(text) && old.is_none() {
+    let transition = is_transition(text);
+    if transition && old.is_none() {
+        return;
+    }
+    // Ratcheting: a rule that does not look at the stored value is not checked on an unchanged value.
+    if !transition && old == Some(v) {
         return;
     }
     let Ok(program) = compile(text) else { return };

@@ -8,7 +8,9 @@ use super::{BadValue, ErrorType, FieldError, format};
 
 /// The errors of a custom resource against its version's `openAPIV3Schema`. The root's `apiVersion`,
 /// `kind` and `metadata` are not checked against the schema.
-pub fn validate(obj: &Value, schema: &Value) -> Vec<FieldError> {
+/// On updates (`old` is the stored object) values that did not change keep their errors to themselves, as
+/// the API server's validation ratcheting does: a schema that got stricter does not block other changes.
+pub fn validate(obj: &Value, old: Option<&Value>, schema: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let Value::Object(map) = obj else {
         return errors;
@@ -21,7 +23,20 @@ pub fn validate(obj: &Value, schema: &Value) -> Vec<FieldError> {
     if let Some(Value::Array(req)) = root_schema.get_mut("required") {
         req.retain(|r| !matches!(r.as_str(), Some("apiVersion" | "kind" | "metadata")));
     }
-    check(&Value::Object(root), &root_schema, "", &mut errors);
+    let old_root = old.and_then(Value::as_object).map(|m| {
+        let mut m = m.clone();
+        for k in ["apiVersion", "kind", "metadata"] {
+            m.remove(k);
+        }
+        Value::Object(m)
+    });
+    check(
+        &Value::Object(root),
+        old_root.as_ref(),
+        &root_schema,
+        "",
+        &mut errors,
+    );
     errors
 }
 
@@ -78,7 +93,10 @@ fn type_matches(v: &Value, schema: &Value) -> bool {
 }
 
 /// Validates one value against its schema node, descending into objects and lists.
-fn check(v: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldError>) {
+fn check(v: &Value, old: Option<&Value>, schema: &Value, path: &str, errors: &mut Vec<FieldError>) {
+    if old == Some(v) {
+        return;
+    }
     if v.is_null() {
         if !flag(schema, "nullable") && schema.get("type").is_some() {
             errors.push(type_error(v, schema, path));
@@ -93,8 +111,8 @@ fn check(v: &Value, schema: &Value, path: &str, errors: &mut Vec<FieldError>) {
     match v {
         Value::Number(_) => check_number(v, schema, path, errors),
         Value::String(s) => check_string(s, schema, path, errors),
-        Value::Array(items) => check_array(items, schema, path, errors),
-        Value::Object(map) => check_object(map, schema, path, errors),
+        Value::Array(items) => check_array(items, old, schema, path, errors),
+        Value::Object(map) => check_object(map, old, schema, path, errors),
         _ => {}
     }
 }
@@ -219,7 +237,13 @@ fn check_string(s: &str, schema: &Value, path: &str, errors: &mut Vec<FieldError
     }
 }
 
-fn check_array(items: &[Value], schema: &Value, path: &str, errors: &mut Vec<FieldError>) {
+fn check_array(
+    items: &[Value],
+    old: Option<&Value>,
+    schema: &Value,
+    path: &str,
+    errors: &mut Vec<FieldError>,
+) {
     let n = items.len() as u64;
     if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
         && n < min
@@ -245,7 +269,8 @@ fn check_array(items: &[Value], schema: &Value, path: &str, errors: &mut Vec<Fie
     check_list_keys(items, schema, path, errors);
     if let Some(item_schema) = schema.get("items") {
         for (i, item) in items.iter().enumerate() {
-            check(item, item_schema, &format!("{path}[{i}]"), errors);
+            let old_item = old.and_then(|o| super::cel::correlated_item(o, item, schema));
+            check(item, old_item, item_schema, &format!("{path}[{i}]"), errors);
         }
     }
 }
@@ -303,6 +328,7 @@ fn check_list_keys(items: &[Value], schema: &Value, path: &str, errors: &mut Vec
 
 fn check_object(
     map: &Map<String, Value>,
+    old: Option<&Value>,
     schema: &Value,
     path: &str,
     errors: &mut Vec<FieldError>,
@@ -342,13 +368,13 @@ fn check_object(
             continue;
         }
         if let Some(s) = props.and_then(|p| p.get(k)).or(additional) {
-            check(v, s, &child(path, k), errors);
+            check(v, old.and_then(|o| o.get(k)), s, &child(path, k), errors);
         }
     }
 }
 
 /// The rules of a CustomResourceDefinition beyond its type: its name, and schemas the API server accepts
-/// (no `uniqueItems`, CEL rules that compile).
+/// (structural, with CEL rules that compile).
 pub fn validate_definition(crd: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();
     let name = crate::meta::name_of(crd);
@@ -369,32 +395,11 @@ pub fn validate_definition(crd: &Value) -> Vec<FieldError> {
     for (i, v) in versions.iter().enumerate() {
         if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
             let path = format!("spec.versions[{i}].schema.openAPIV3Schema");
-            forbid_unique_items(schema, &path, &mut errors);
+            errors.extend(super::structural::validate(schema, &path));
             super::cel::compile_errors(schema, &path, &mut errors);
         }
     }
     errors
-}
-
-/// `uniqueItems: true` is refused: its cost grows with the square of a list's length.
-fn forbid_unique_items(schema: &Value, path: &str, errors: &mut Vec<FieldError>) {
-    if flag(schema, "uniqueItems") {
-        errors.push(FieldError::forbidden(
-            &format!("{path}.uniqueItems"),
-            "uniqueItems cannot be set to true since the runtime complexity becomes quadratic",
-        ));
-    }
-    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-        for (k, s) in props {
-            forbid_unique_items(s, &format!("{path}.properties[{k}]"), errors);
-        }
-    }
-    if let Some(s) = schema.get("additionalProperties").filter(|a| a.is_object()) {
-        forbid_unique_items(s, &format!("{path}.additionalProperties"), errors);
-    }
-    if let Some(s) = schema.get("items") {
-        forbid_unique_items(s, &format!("{path}.items"), errors);
-    }
 }
 
 #[cfg(test)]
@@ -421,10 +426,19 @@ mod tests {
     }
 
     fn messages(obj: Value) -> Vec<String> {
-        validate(&obj, &schema())
+        validate(&obj, None, &schema())
             .iter()
             .map(ToString::to_string)
             .collect()
+    }
+
+    #[test]
+    fn unchanged_values_keep_their_errors_on_updates() {
+        let old = json!({"spec": {"image": "a", "replicas": 50}});
+        let new = json!({"spec": {"image": "b", "replicas": 50}});
+        assert!(validate(&new, Some(&old), &schema()).is_empty());
+        let new = json!({"spec": {"image": "b", "replicas": 51}});
+        assert_eq!(validate(&new, Some(&old), &schema()).len(), 1);
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod format;
 pub mod labels;
 pub mod pod;
 pub mod strict;
+pub mod structural;
 
 use serde_json::Value;
 
@@ -259,7 +260,7 @@ pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
     let mut errors = builtin::metadata(info, obj, old);
     if info.is_custom() {
         if let Some(schema) = info.schema(info.preferred_version()) {
-            errors.extend(crd::validate(obj, schema));
+            errors.extend(crd::validate(obj, old, schema));
             if errors.is_empty() {
                 errors.extend(cel::validate(obj, old, schema));
             }

@@ -22,8 +22,8 @@ pub fn check_duplicates(body: &[u8], mode: FieldValidation) -> Result<Vec<String
     Ok(found)
 }
 
-/// The paths (`spec.replicas`, `spec.containers[0].name`) of the fields a JSON body repeats within one
-/// object, in the order they repeat. A body that is not JSON has none.
+/// The paths (`spec.replicas`, `spec.containers[0].name`) of the fields a JSON or YAML body repeats within
+/// one object, in the order they repeat. A body that is neither has none.
 pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
     let mut found = Vec::new();
     let mut de = serde_json::Deserializer::from_slice(body);
@@ -31,7 +31,18 @@ pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
         path: String::new(),
         found: &mut found,
     };
-    if seed.deserialize(&mut de).is_err() {
+    if seed.deserialize(&mut de).is_ok() {
+        return found;
+    }
+    found.clear();
+    let seed = Walk {
+        path: String::new(),
+        found: &mut found,
+    };
+    if seed
+        .deserialize(serde_yaml::Deserializer::from_slice(body))
+        .is_err()
+    {
         return Vec::new();
     }
     found
@@ -126,5 +137,10 @@ mod tests {
             vec!["spec.replicas", "spec.template.spec.containers[0].name"]
         );
         assert!(duplicate_fields(br#"{"a": {"b": 1}, "c": {"b": 2}}"#).is_empty());
+        let yaml = b"spec:\n  replicas: 1\n  replicas: 2\n  items:\n  - {a: 1, a: 2}\n";
+        assert_eq!(
+            duplicate_fields(yaml),
+            vec!["spec.replicas", "spec.items[0].a"]
+        );
     }
 }

@@ -406,3 +406,19 @@ async fn warn_field_validation_drops_unknown_fields_with_a_warning() {
     assert!(ok, "{stderr}");
     assert!(stderr.contains("unknown field \"spec.foo\""), "{stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_refuses_a_crd_whose_schema_is_not_structural() {
+    let sim = start().await;
+    let doc = POOL_CRD.replace(
+        "phase: {type: string, enum: [Pending, Ready]}",
+        "phase: {enum: [Pending, Ready]}",
+    );
+    assert_ne!(doc, POOL_CRD);
+    let (ok, stderr) = kubectl_with(&sim, &["apply"], &doc).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains("spec.versions[0].schema.openAPIV3Schema.properties[status].properties[phase].type: Required value: must not be empty for specified object fields"),
+        "{stderr}"
+    );
+}
