@@ -289,12 +289,17 @@ pub fn compile_errors(schema: &Value, path: &str, errors: &mut Vec<FieldError>) 
                 errors.push(FieldError::required(&rule_path, ""));
                 continue;
             }
-            if let Err(e) = compile(text) {
+            let problem = match compile(text) {
+                Err(e) => Some(e.to_string().replace('\n', " ")),
+                Ok(_) => undefined_field(text, schema)
+                    .map(|m| format!("compilation failed: ERROR: <input>:{m}")),
+            };
+            if let Some(detail) = problem {
                 errors.push(FieldError::new(
                     ErrorType::Invalid,
                     &rule_path,
                     BadValue::Raw(go_rule(rule)),
-                    &e.to_string().replace('\n', " "),
+                    &detail,
                 ));
             }
             if let Some(expr) = rule.get("messageExpression").and_then(Value::as_str)
@@ -325,6 +330,54 @@ pub fn compile_errors(schema: &Value, path: &str, errors: &mut Vec<FieldError>) 
     if let Some(items) = schema.get("items") {
         compile_errors(items, &format!("{path}.items"), errors);
     }
+}
+
+/// The first field a rule selects from `self` or `oldSelf` that its schema node does not declare, as
+/// `<line>:<column>: undefined field '<name>'`. Fields under nodes that keep unknown fields or are maps, and
+/// method calls, are not checked.
+fn undefined_field(rule: &str, schema: &Value) -> Option<String> {
+    static SELECTION: LazyLock<Option<regex::Regex>> = LazyLock::new(|| {
+        regex::Regex::new(r"\b(?:self|oldSelf)((?:\s*\.\s*[A-Za-z_][A-Za-z0-9_]*)+)(\s*\()?").ok()
+    });
+    let re = SELECTION.as_ref()?;
+    for caps in re.captures_iter(rule) {
+        let chain = caps.get(1)?;
+        let call = caps.get(2).is_some();
+        let names: Vec<(usize, &str)> = chain
+            .as_str()
+            .match_indices('.')
+            .map(|(i, _)| {
+                let rest = chain.as_str()[i + 1..].trim_start();
+                let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'));
+                (chain.start() + i, &rest[..end.unwrap_or(rest.len())])
+            })
+            .collect();
+        let mut node = schema;
+        for (n, (at, name)) in names.iter().enumerate() {
+            if call && n + 1 == names.len() {
+                break;
+            }
+            if let Some(next) = node.get("properties").and_then(|p| p.get(*name)) {
+                node = next;
+                continue;
+            }
+            let open = node
+                .get("additionalProperties")
+                .is_some_and(Value::is_object)
+                || node
+                    .get("x-kubernetes-preserve-unknown-fields")
+                    .and_then(Value::as_bool)
+                    == Some(true)
+                || node.get("type").and_then(Value::as_str) != Some("object");
+            if open {
+                break;
+            }
+            let line = rule[..*at].matches('\n').count() + 1;
+            let column = at - rule[..*at].rfind('\n').map_or(0, |i| i + 1);
+            return Some(format!("{line}:{column}: undefined field '{name}'"));
+        }
+    }
+    None
 }
 
 /// A validation rule in the Go form the API server prints it.
@@ -427,6 +480,23 @@ mod tests {
         assert_eq!(
             errors,
             vec!["spec: Invalid value: \"object\": failed rule: self.ratio <= 0.5"]
+        );
+    }
+
+    #[test]
+    fn rules_selecting_undeclared_fields_do_not_compile() {
+        let node = &schema()["properties"]["spec"];
+        assert_eq!(
+            undefined_field("self.minReplicass <= self.maxReplicas", node).as_deref(),
+            Some("1:4: undefined field 'minReplicass'")
+        );
+        assert_eq!(
+            undefined_field("self.tags.all(t, t.size() > 1)", node),
+            None
+        );
+        assert_eq!(
+            undefined_field("has(self.mode) && self.mode.startsWith('m')", node),
+            None
         );
     }
 
