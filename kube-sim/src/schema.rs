@@ -314,10 +314,26 @@ pub fn prune_built_in(group: &str, plural: &str, obj: &mut Value) -> Vec<String>
     let Some(typed) = typed else {
         return Vec::new();
     };
+    let mut typed = typed;
+    drop_invented_objects(obj, &mut typed);
     let mut removed = Vec::new();
     removed_paths(obj, &typed, "", &mut removed);
     *obj = typed;
     removed
+}
+
+/// Removes the empty objects decoding invented for required fields the body left out (such as a
+/// Deployment's `spec.selector`), so that validation sees them missing as the API server does.
+fn drop_invented_objects(before: &Value, after: &mut Value) {
+    let (Value::Object(b), Value::Object(a)) = (before, after) else {
+        return;
+    };
+    a.retain(|k, v| b.contains_key(k) || !v.as_object().is_some_and(Map::is_empty));
+    for (k, v) in a.iter_mut() {
+        if let Some(bv) = b.get(k) {
+            drop_invented_objects(bv, v);
+        }
+    }
 }
 
 fn removed_paths(before: &Value, after: &Value, path: &str, out: &mut Vec<String>) {

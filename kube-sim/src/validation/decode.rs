@@ -39,6 +39,10 @@ pub fn type_error(group: &str, plural: &str, kind: &str, obj: &Value) -> Option<
 /// The path and message of the first error decoding `obj` as `K`.
 fn first_error<K: DeserializeOwned>(obj: &Value) -> Option<(Vec<String>, String)> {
     let err = serde_path_to_error::deserialize::<_, K>(obj).err()?;
+    // Only values of the wrong type are decoder errors; a missing field is left to validation.
+    if !err.inner().to_string().starts_with("invalid type: ") {
+        return None;
+    }
     let path = err
         .path()
         .iter()
@@ -156,6 +160,12 @@ mod tests {
         );
         let p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"},
             "spec": {"containers": [{"name": "a", "image": "x", "ports": [{"containerPort": "80"}]}]}});
+        let no_selector = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "a"},
+            "spec": {"template": {"spec": {"containers": [{"name": "a", "image": "x"}]}}}});
+        assert_eq!(
+            type_error("apps", "deployments", "Deployment", &no_selector),
+            None
+        );
         let m = type_error("", "pods", "Pod", &p).unwrap();
         assert!(
             m.ends_with("cannot unmarshal string into Go struct field ContainerPort.spec.containers.ports.containerPort of type int32"),

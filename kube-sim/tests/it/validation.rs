@@ -198,6 +198,23 @@ async fn kubectl_refuses_a_deployment_whose_selector_misses_its_labels() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_refuses_a_deployment_without_a_selector_or_containers() {
+    let sim = start().await;
+    let doc = WEB_DEPLOYMENT.replace("  selector:\n    matchLabels: {app: web}\n", "");
+    assert_ne!(doc, WEB_DEPLOYMENT);
+    let (ok, stderr) = kubectl_with(&sim, &["create"], &doc).await;
+    assert!(!ok);
+    assert!(stderr.contains("spec.selector: Required value"), "{stderr}");
+    let doc = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: empty, namespace: default}\nspec:\n  selector: {matchLabels: {app: x}}\n  template:\n    metadata: {labels: {app: x}}\n    spec: {containers: []}\n";
+    let (ok, stderr) = kubectl_with(&sim, &["create"], doc).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains("spec.template.spec.containers: Required value"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn a_deployment_with_a_string_for_replicas_is_a_bad_request() {
     let sim = start().await;
