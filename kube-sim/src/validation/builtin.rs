@@ -341,7 +341,17 @@ fn config_data(obj: &Value, old: Option<&Value>, secret: bool) -> Vec<FieldError
                 ));
             }
             total += k.len() + data_len(v, secret || *f == "binaryData");
+            if *f == "binaryData" && obj.get("data").and_then(|d| d.get(k)).is_some() {
+                errors.push(FieldError::invalid(
+                    &format!("data[{k}]"),
+                    &Value::from(k.as_str()),
+                    "duplicate of key present in binaryData",
+                ));
+            }
         }
+    }
+    if secret {
+        errors.extend(secret_type(obj, old));
     }
     if total > MAX_DATA_BYTES {
         errors.push(FieldError::too_long_bytes(
@@ -360,6 +370,35 @@ fn config_data(obj: &Value, old: Option<&Value>, secret: bool) -> Vec<FieldError
             if old.get(*f) != obj.get(*f) {
                 errors.push(FieldError::forbidden(f, DETAIL));
             }
+        }
+    }
+    errors
+}
+
+/// The keys a Secret's type requires in its `data`, and a type that does not change.
+fn secret_type(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let ty = obj.get("type").and_then(Value::as_str).unwrap_or("Opaque");
+    let required: &[&str] = match ty {
+        "kubernetes.io/tls" => &["tls.crt", "tls.key"],
+        "kubernetes.io/dockerconfigjson" => &[".dockerconfigjson"],
+        "kubernetes.io/dockercfg" => &[".dockercfg"],
+        "kubernetes.io/ssh-auth" => &["ssh-privatekey"],
+        _ => &[],
+    };
+    for key in required {
+        if obj.get("data").and_then(|d| d.get(*key)).is_none() {
+            errors.push(FieldError::required(&format!("data[{key}]"), ""));
+        }
+    }
+    if let Some(old) = old {
+        let before = old.get("type").and_then(Value::as_str).unwrap_or("Opaque");
+        if before != ty {
+            errors.push(FieldError::invalid(
+                "type",
+                &Value::from(ty),
+                "field is immutable",
+            ));
         }
     }
     errors
@@ -470,6 +509,23 @@ mod tests {
                 "spec.selector: Required value",
                 "spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"web\"}: `selector` does not match template `labels`",
                 "spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'Recreate'",
+            ]
+        );
+    }
+
+    #[test]
+    fn secrets_keep_their_type_and_carry_the_keys_it_needs() {
+        let old = json!({"type": "Opaque", "data": {}});
+        let new = json!({"type": "kubernetes.io/tls", "data": {"tls.crt": "eA=="}});
+        let errors: Vec<String> = config_data(&new, Some(&old), true)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            errors,
+            vec![
+                "data[tls.key]: Required value",
+                "type: Invalid value: \"kubernetes.io/tls\": field is immutable"
             ]
         );
     }
