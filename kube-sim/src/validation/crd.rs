@@ -40,6 +40,13 @@ pub fn validate(obj: &Value, old: Option<&Value>, schema: &Value) -> Vec<FieldEr
     errors
 }
 
+/// The errors of a value (such as a schema's `default`) against a schema node, reported at `path`.
+pub(super) fn check_value(v: &Value, schema: &Value, path: &str) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    check(v, None, schema, path, &mut errors);
+    errors
+}
+
 /// The path of a field of the object at `path`.
 fn child(path: &str, name: &str) -> String {
     if path.is_empty() {

@@ -74,6 +74,25 @@ fn node(schema: &Value, path: &str, level: Level, errors: &mut Vec<FieldError>) 
             "must be specified",
         ));
     }
+    if let Some(default) = schema.get("default") {
+        if level == Level::Root {
+            errors.push(FieldError::forbidden(
+                &format!("{path}.default"),
+                "must not be set at the root",
+            ));
+        } else {
+            let at = format!("{path}.default");
+            // The default is checked as it is stored: pruned, with the defaults under it applied.
+            let mut holder = serde_json::json!({ "d": default });
+            let holder_schema = serde_json::json!({"type": "object", "properties": {"d": schema}});
+            crate::schema::prune_custom_resource(&mut holder, &holder_schema);
+            let default = holder.get("d").unwrap_or(default);
+            for mut e in super::crd::check_value(default, schema, &at) {
+                e.detail = e.detail.replacen(&format!("{at} in body"), "in body", 1);
+                errors.push(e);
+            }
+        }
+    }
     for (k, s) in props.into_iter().flatten() {
         node(s, &format!("{path}.properties[{k}]"), Level::Field, errors);
     }
@@ -110,6 +129,16 @@ mod tests {
                 "s.properties[spec].type: Required value: must not be empty for specified object fields",
                 "s.properties[spec].properties[xs].items: Required value: must be specified",
             ]
+        );
+        let nested_defaults = json!({"type": "object", "properties": {
+            "o": {"type": "object", "required": ["x"], "default": {},
+                "properties": {"x": {"type": "integer", "default": 1}}}}});
+        assert!(validate(&nested_defaults, "s").is_empty());
+        let with_bad_default = json!({"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": 1, "default": 0}}});
+        assert_eq!(
+            validate(&with_bad_default, "s")[0].to_string(),
+            "s.properties[n].default: Invalid value: 0: in body should be greater than or equal to 1"
         );
         assert_eq!(
             validate(&json!({"type": "string"}), "s")[0].to_string(),
