@@ -74,25 +74,7 @@ fn node(schema: &Value, path: &str, level: Level, errors: &mut Vec<FieldError>) 
             "must be specified",
         ));
     }
-    if let Some(default) = schema.get("default") {
-        if level == Level::Root {
-            errors.push(FieldError::forbidden(
-                &format!("{path}.default"),
-                "must not be set at the root",
-            ));
-        } else {
-            let at = format!("{path}.default");
-            // The default is checked as it is stored: pruned, with the defaults under it applied.
-            let mut holder = serde_json::json!({ "d": default });
-            let holder_schema = serde_json::json!({"type": "object", "properties": {"d": schema}});
-            crate::schema::prune_custom_resource(&mut holder, &holder_schema);
-            let default = holder.get("d").unwrap_or(default);
-            for mut e in super::crd::check_value(default, schema, &at) {
-                e.detail = e.detail.replacen(&format!("{at} in body"), "in body", 1);
-                errors.push(e);
-            }
-        }
-    }
+    check_default(schema, path, level, errors);
     for (k, s) in props.into_iter().flatten() {
         node(s, &format!("{path}.properties[{k}]"), Level::Field, errors);
     }
@@ -106,6 +88,27 @@ fn node(schema: &Value, path: &str, level: Level, errors: &mut Vec<FieldError>) 
     }
     if let Some(s) = schema.get("items").filter(|i| i.is_object()) {
         node(s, &format!("{path}.items"), Level::Item, errors);
+    }
+}
+
+/// A node's `default`: not at the root, and valid against the node once pruned and defaulted itself.
+fn check_default(schema: &Value, path: &str, level: Level, errors: &mut Vec<FieldError>) {
+    let Some(default) = schema.get("default") else {
+        return;
+    };
+    let at = format!("{path}.default");
+    if level == Level::Root {
+        errors.push(FieldError::forbidden(&at, "must not be set at the root"));
+        return;
+    }
+    // The default is checked as it is stored: pruned, with the defaults under it applied.
+    let mut holder = serde_json::json!({ "d": default });
+    let holder_schema = serde_json::json!({"type": "object", "properties": {"d": schema}});
+    crate::schema::prune_custom_resource(&mut holder, &holder_schema);
+    let default = holder.get("d").unwrap_or(default);
+    for mut e in super::crd::check_value(default, schema, &at) {
+        e.detail = e.detail.replacen(&format!("{at} in body"), "in body", 1);
+        errors.push(e);
     }
 }
 
