@@ -340,7 +340,7 @@ fn config_data(obj: &Value, old: Option<&Value>, secret: bool) -> Vec<FieldError
                     CONFIG_KEY_MSG,
                 ));
             }
-            total += k.len() + data_len(v, secret || *f == "binaryData");
+            total += data_len(v, secret || *f == "binaryData");
             if *f == "binaryData" && obj.get("data").and_then(|d| d.get(k)).is_some() {
                 errors.push(FieldError::invalid(
                     &format!("data[{k}]"),
@@ -390,6 +390,19 @@ fn secret_type(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
         if obj.get("data").and_then(|d| d.get(*key)).is_none() {
             errors.push(FieldError::required(&format!("data[{key}]"), ""));
         }
+    }
+    const SA_NAME: &str = "kubernetes.io/service-account.name";
+    if ty == "kubernetes.io/service-account-token"
+        && obj
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(SA_NAME))
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+    {
+        errors.push(FieldError::required(
+            &format!("metadata.annotations[{SA_NAME}]"),
+            "",
+        ));
     }
     if let Some(old) = old {
         let before = old.get("type").and_then(Value::as_str).unwrap_or("Opaque");
