@@ -226,13 +226,28 @@ fn workload(obj: &Value, old: Option<&Value>, noun: &str) -> Vec<FieldError> {
             }
         }
     }
-    if let Some(r) = obj.pointer("/spec/replicas").and_then(Value::as_i64)
-        && r < 0
+    for field in ["replicas", "minReadySeconds", "revisionHistoryLimit"] {
+        if let Some(n) = obj
+            .get("spec")
+            .and_then(|s| s.get(field))
+            .and_then(Value::as_i64)
+            && n < 0
+        {
+            errors.push(FieldError::invalid(
+                &format!("spec.{field}"),
+                &Value::from(n),
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+    let seconds = |k: &str| obj.pointer(&format!("/spec/{k}")).and_then(Value::as_i64);
+    if let Some(deadline) = seconds("progressDeadlineSeconds")
+        && deadline <= seconds("minReadySeconds").unwrap_or(0)
     {
         errors.push(FieldError::invalid(
-            "spec.replicas",
-            &Value::from(r),
-            "must be greater than or equal to 0",
+            "spec.progressDeadlineSeconds",
+            &Value::from(deadline),
+            "must be greater than minReadySeconds",
         ));
     }
     let template_spec = obj.pointer("/spec/template/spec").unwrap_or(&Value::Null);
@@ -450,8 +465,25 @@ fn service(obj: &Value) -> Vec<FieldError> {
     for (i, p) in ports.iter().enumerate() {
         let path = format!("spec.ports[{i}]");
         pod::check_port(p.get("port"), &format!("{path}.port"), &mut errors);
-        if let Some(t) = p.get("targetPort").filter(|t| t.is_number()) {
-            pod::check_port(Some(t), &format!("{path}.targetPort"), &mut errors);
+        match p.get("targetPort") {
+            Some(t @ Value::Number(_)) => {
+                pod::check_port(Some(t), &format!("{path}.targetPort"), &mut errors)
+            }
+            Some(Value::String(t)) => {
+                for m in pod::port_name_messages(t) {
+                    errors.push(FieldError::invalid(
+                        &format!("{path}.targetPort"),
+                        &Value::from(t.as_str()),
+                        m,
+                    ));
+                }
+            }
+            _ => {}
+        }
+        if let Some(n) = p.get("name").and_then(Value::as_str)
+            && !n.is_empty()
+        {
+            errors.extend(name_errors(&format!("{path}.name"), n, NameRule::Label));
         }
         if ports.len() > 1
             && p.get("name")

@@ -166,13 +166,7 @@ impl FieldError {
     /// The message without the field: the kind's words, the value and the detail.
     pub fn body(&self) -> String {
         let mut s = match (&self.kind, &self.value) {
-            (
-                ErrorType::Required
-                | ErrorType::Forbidden
-                | ErrorType::TooLong
-                | ErrorType::NotFound,
-                _,
-            )
+            (ErrorType::Required | ErrorType::Forbidden | ErrorType::TooLong, _)
             | (_, BadValue::Omit) => self.kind.words().to_string(),
             (_, BadValue::Json(v)) => format!("{}: {}", self.kind.words(), go_value(v)),
             (_, BadValue::Raw(r)) => format!("{}: {r}", self.kind.words()),

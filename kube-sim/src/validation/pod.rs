@@ -32,6 +32,7 @@ pub fn validate_spec(spec: &Value, path: &str) -> Vec<FieldError> {
     if containers.is_empty() {
         errors.push(FieldError::required(&format!("{path}.containers"), ""));
     }
+    let volumes = volume_names(spec, path, &mut errors);
     let mut names = Vec::new();
     for (list, items) in [
         ("initContainers", spec.get("initContainers")),
@@ -43,14 +44,103 @@ pub fn validate_spec(spec: &Value, path: &str) -> Vec<FieldError> {
             .unwrap_or(&[]);
         for (i, c) in items.iter().enumerate() {
             let at = format!("{path}.{list}[{i}]");
-            container(c, &at, &mut names, &mut errors);
+            container(c, &at, &mut names, &volumes, &mut errors);
         }
     }
     errors
 }
 
-/// The errors of one container: a unique DNS-label name, an image, and valid ports.
-fn container(c: &Value, at: &str, names: &mut Vec<String>, errors: &mut Vec<FieldError>) {
+/// The names of a pod spec's volumes, after recording errors for missing, invalid and repeated ones.
+fn volume_names(spec: &Value, path: &str, errors: &mut Vec<FieldError>) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let volumes = spec
+        .get("volumes")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    for (i, v) in volumes.iter().enumerate() {
+        let at = format!("{path}.volumes[{i}].name");
+        let name = v.get("name").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty() {
+            errors.push(FieldError::required(&at, ""));
+        } else if names.iter().any(|n| n == name) {
+            errors.push(FieldError::new(
+                ErrorType::Duplicate,
+                &at,
+                BadValue::Json(Value::from(name)),
+                "",
+            ));
+        } else if !builtin::is_dns_label(name) {
+            errors.push(FieldError::invalid(&at, &Value::from(name), LABEL_MSG));
+        }
+        names.push(name.to_string());
+    }
+    names
+}
+
+/// The messages of a port name that is not an IANA service name, as the API server words them.
+pub fn port_name_messages(name: &str) -> Vec<&'static str> {
+    let mut out = Vec::new();
+    if name.len() > 15 {
+        out.push("must be no more than 15 characters");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        out.push("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)");
+    }
+    if name.contains("--") {
+        out.push("must not contain consecutive hyphens");
+    }
+    if !name.chars().any(|c| c.is_ascii_alphabetic()) {
+        out.push("must contain at least one letter (a-z)");
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        out.push("must not begin or end with a hyphen");
+    }
+    out
+}
+
+/// The errors of a container's volume mounts: a name among the pod's volumes and a mount path.
+fn mounts(c: &Value, at: &str, volumes: &[String], errors: &mut Vec<FieldError>) {
+    let list = c
+        .get("volumeMounts")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    for (k, m) in list.iter().enumerate() {
+        let mp = format!("{at}.volumeMounts[{k}]");
+        let name = m.get("name").and_then(Value::as_str).unwrap_or("");
+        if name.is_empty() {
+            errors.push(FieldError::required(&format!("{mp}.name"), ""));
+        } else if !volumes.iter().any(|v| v == name) {
+            errors.push(FieldError::new(
+                ErrorType::NotFound,
+                &format!("{mp}.name"),
+                BadValue::Json(Value::from(name)),
+                "",
+            ));
+        }
+        if m.get("mountPath")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            errors.push(FieldError::required(&format!("{mp}.mountPath"), ""));
+        }
+    }
+}
+
+/// The errors of one container: a unique DNS-label name, an image, valid ports and mounts of declared
+/// volumes.
+fn container(
+    c: &Value,
+    at: &str,
+    names: &mut Vec<String>,
+    volumes: &[String],
+    errors: &mut Vec<FieldError>,
+) {
+    mounts(c, at, volumes, errors);
     let name = c.get("name").and_then(Value::as_str).unwrap_or("");
     let name_path = format!("{at}.name");
     if name.is_empty() {
@@ -92,6 +182,17 @@ fn container(c: &Value, at: &str, names: &mut Vec<String>, errors: &mut Vec<Fiel
         .map(Vec::as_slice)
         .unwrap_or(&[]);
     for (j, p) in ports.iter().enumerate() {
+        if let Some(port_name) = p.get("name").and_then(Value::as_str)
+            && !port_name.is_empty()
+        {
+            for m in port_name_messages(port_name) {
+                errors.push(FieldError::invalid(
+                    &format!("{at}.ports[{j}].name"),
+                    &Value::from(port_name),
+                    m,
+                ));
+            }
+        }
         let pp = format!("{at}.ports[{j}].containerPort");
         match p.get("containerPort").and_then(Value::as_i64) {
             None | Some(0) => errors.push(FieldError::required(&pp, "")),
@@ -205,6 +306,25 @@ mod tests {
             errors[0]
                 .to_string()
                 .starts_with("spec: Forbidden: pod updates may not change")
+        );
+    }
+
+    #[test]
+    fn mounts_need_declared_volumes_and_port_names_are_short() {
+        let spec = json!({"volumes": [{"name": "data", "emptyDir": {}}],
+            "containers": [{"name": "a", "image": "x",
+                "ports": [{"name": "metrics-endpoint", "containerPort": 9090}],
+                "volumeMounts": [{"name": "data", "mountPath": "/d"}, {"name": "cache", "mountPath": "/c"}]}]});
+        let errors: Vec<String> = validate_spec(&spec, "spec")
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            errors,
+            vec![
+                "spec.containers[0].volumeMounts[1].name: Not found: \"cache\"",
+                "spec.containers[0].ports[0].name: Invalid value: \"metrics-endpoint\": must be no more than 15 characters",
+            ]
         );
     }
 
