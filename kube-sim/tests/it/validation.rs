@@ -439,3 +439,49 @@ async fn kubectl_refuses_a_crd_whose_schema_is_not_structural() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn a_pod_may_change_its_images_but_not_the_rest_of_its_spec() {
+    let sim = start().await;
+    let client = sim.client().await.unwrap();
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client, "default");
+    let pod = serde_json::from_value(json!({"metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}}))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    let image = json!({"spec": {"containers": [{"name": "app", "image": "nginx:1.28"}]}});
+    pods.patch("p", &PatchParams::default(), &Patch::Strategic(&image))
+        .await
+        .expect("the image may change");
+    let env =
+        json!({"spec": {"containers": [{"name": "app", "env": [{"name": "A", "value": "1"}]}]}});
+    let err = pods
+        .patch("p", &PatchParams::default(), &Patch::Strategic(&env))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("an API error: {err:?}")
+    };
+    assert_eq!(status.code, 422);
+    assert!(
+        status
+            .message
+            .contains("spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`"),
+        "{}",
+        status.message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_refuses_a_service_port_out_of_range() {
+    let sim = start().await;
+    let svc = "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\nspec:\n  selector: {app: web}\n  ports: [{port: 70000, targetPort: 8080}]\n";
+    let (ok, stderr) = kubectl_with(&sim, &["apply"], svc).await;
+    assert!(!ok);
+    assert!(
+        stderr.contains(
+            "spec.ports[0].port: Invalid value: 70000: must be between 1 and 65535, inclusive"
+        ),
+        "{stderr}"
+    );
+}
