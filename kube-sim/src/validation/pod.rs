@@ -226,11 +226,37 @@ pub fn validate_pod(obj: &Value, old: Option<&Value>) -> Vec<FieldError> {
     }
     if let Some(old) = old {
         let before = old.get("spec").unwrap_or(&Value::Null);
-        if !only_mutable_changes(before, spec) {
+        if let Some(e) = active_deadline_change(before, spec) {
+            errors.push(e);
+        } else if !only_mutable_changes(before, spec) {
             errors.push(FieldError::forbidden("spec", UPDATE_MSG));
         }
     }
     errors
+}
+
+/// The error of an `activeDeadlineSeconds` update: it may be set or lowered, not raised or removed.
+fn active_deadline_change(old: &Value, new: &Value) -> Option<FieldError> {
+    const FIELD: &str = "spec.activeDeadlineSeconds";
+    let before = old.get("activeDeadlineSeconds").and_then(Value::as_i64);
+    match new.get("activeDeadlineSeconds").and_then(Value::as_i64) {
+        Some(n) if !(0..=i64::from(i32::MAX)).contains(&n) => Some(FieldError::invalid(
+            FIELD,
+            &Value::from(n),
+            "must be between 0 and 2147483647, inclusive",
+        )),
+        Some(n) if before.is_some_and(|b| b < n) => Some(FieldError::invalid(
+            FIELD,
+            &Value::from(n),
+            "must be less than or equal to previous value",
+        )),
+        None if before.is_some() => Some(FieldError::invalid(
+            FIELD,
+            &Value::Null,
+            "must not update from a positive integer to nil value",
+        )),
+        _ => None,
+    }
 }
 
 /// Whether `new` differs from `old` only where a pod update may: container images, the active deadline,
@@ -324,6 +350,23 @@ mod tests {
             vec![
                 "spec.containers[0].volumeMounts[1].name: Not found: \"cache\"",
                 "spec.containers[0].ports[0].name: Invalid value: \"metrics-endpoint\": must be no more than 15 characters",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_active_deadline_may_only_go_down() {
+        let old = json!({"spec": {"containers": [{"name": "a", "image": "x"}], "activeDeadlineSeconds": 60}});
+        let lower = json!({"spec": {"containers": [{"name": "a", "image": "x"}], "activeDeadlineSeconds": 30}});
+        assert!(validate_pod(&lower, Some(&old)).is_empty());
+        let errors: Vec<String> = validate_pod(&old, Some(&lower))
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            errors,
+            vec![
+                "spec.activeDeadlineSeconds: Invalid value: 60: must be less than or equal to previous value"
             ]
         );
     }
