@@ -5,6 +5,7 @@
 //! (`+listType=map`, `patchMergeKey`); custom resources use `x-kubernetes-list-type` and
 //! `x-kubernetes-list-map-keys` from the CRD schema.
 
+use serde::Deserialize as _;
 use serde_json::{Map, Value};
 
 /// How a list merges under server-side apply.
@@ -280,6 +281,25 @@ fn prune(v: &mut Value, schema: &Value, path: &str, removed: &mut Vec<String>) {
         }
         _ => {}
     }
+}
+
+/// Drops the fields `ObjectMeta` does not declare from a custom resource's `metadata`, returning their paths.
+pub fn prune_custom_metadata(obj: &mut Value) -> Vec<String> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let Some(md) = obj.get_mut("metadata") else {
+        return Vec::new();
+    };
+    let Some(mut typed) = ObjectMeta::deserialize(&*md)
+        .ok()
+        .and_then(|m| serde_json::to_value(m).ok())
+    else {
+        return Vec::new();
+    };
+    drop_invented_objects(md, &mut typed);
+    let mut removed = Vec::new();
+    removed_paths(md, &typed, "metadata", &mut removed);
+    *md = typed;
+    removed
 }
 
 /// Drops the fields a built-in type does not declare, by decoding the object into its `k8s-openapi` type and

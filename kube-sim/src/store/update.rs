@@ -103,7 +103,9 @@ impl Store {
             let Some(schema) = info.schema(info.preferred_version()) else {
                 return Ok(Vec::new());
             };
-            schema::prune_custom_resource(obj, schema)
+            let mut removed = schema::prune_custom_metadata(obj);
+            removed.extend(schema::prune_custom_resource(obj, schema));
+            removed
         } else {
             if let Some(message) =
                 crate::validation::decode::type_error(&info.group, &info.plural, &info.kind, obj)

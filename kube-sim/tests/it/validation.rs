@@ -350,6 +350,21 @@ async fn strict_field_validation_refuses_unknown_and_duplicate_fields() {
         status.message,
         "strict decoding error: unknown field \"spec\""
     );
+    let typo = json!({"apiVersion": "example.com/v1", "kind": "Pool",
+        "metadata": {"name": "t", "labelz": {"a": "b"}}, "spec": {"template": {}}});
+    let (code, text) = raw(
+        &client,
+        Method::POST,
+        &format!("{POOLS}?fieldValidation=Strict"),
+        "application/json",
+        &typo.to_string(),
+    )
+    .await;
+    assert_eq!(code, 400, "{text}");
+    assert!(
+        text.contains("unknown field \\\"metadata.labelz\\\""),
+        "{text}"
+    );
     let body = r#"{"apiVersion": "example.com/v1", "kind": "Pool", "metadata": {"name": "p"},
         "spec": {"replicas": 1, "replicas": 2, "foo": true, "template": {}}}"#;
     let (code, text) = raw(
