@@ -162,6 +162,15 @@ fn is_transition(rule: &str) -> bool {
     })
 }
 
+/// Whether a schema declares any `x-kubernetes-validations`.
+pub fn has_rules(schema: &Value) -> bool {
+    match schema {
+        Value::Object(m) => m.contains_key("x-kubernetes-validations") || m.values().any(has_rules),
+        Value::Array(a) => a.iter().any(has_rules),
+        _ => false,
+    }
+}
+
 /// The errors of a custom resource under the CEL rules of its schema.
 pub fn validate(obj: &Value, old: Option<&Value>, schema: &Value) -> Vec<FieldError> {
     let mut errors = Vec::new();

@@ -254,9 +254,21 @@ pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
     let mut errors = builtin::metadata(info, obj, old);
     if info.is_custom() {
         if let Some(schema) = info.schema(info.preferred_version()) {
-            errors.extend(crd::validate(obj, old, schema));
-            if errors.is_empty() {
+            let schema_errors = crd::validate(obj, old, schema);
+            let blocking = schema_errors
+                .iter()
+                .any(|e| e.kind == ErrorType::TypeInvalid);
+            errors.extend(schema_errors);
+            if !blocking {
                 errors.extend(cel::validate(obj, old, schema));
+            } else if cel::has_rules(schema) {
+                // Rules cannot run on values of the wrong type.
+                errors.push(FieldError::invalid(
+                    "<nil>",
+                    &Value::Null,
+                    "some validation rules were not checked because the object was invalid; \
+                     correct the existing errors to complete validation",
+                ));
             }
         }
     } else {

@@ -54,6 +54,10 @@ async fn kubectl_apply_of_a_custom_resource_with_a_wrong_type_names_the_field() 
         ),
         "{stderr}"
     );
+    assert!(
+        stderr.contains("some validation rules were not checked because the object was invalid"),
+        "CEL rules do not run on wrongly typed values: {stderr}"
+    );
 }
 
 #[tokio::test]
