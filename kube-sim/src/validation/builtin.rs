@@ -122,7 +122,7 @@ pub fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
         ("", "secrets") => config_data(obj, old, true),
         ("", "services") => service(obj),
         ("apiextensions.k8s.io", "customresourcedefinitions") => {
-            super::crd::validate_definition(obj)
+            super::crd::validate_definition(obj, old)
         }
         _ => Vec::new(),
     }

@@ -381,9 +381,19 @@ fn check_object(
 }
 
 /// The rules of a CustomResourceDefinition beyond its type: its name, and schemas the API server accepts
-/// (structural, with CEL rules that compile).
-pub fn validate_definition(crd: &Value) -> Vec<FieldError> {
+/// (structural, with CEL rules that compile), and a scope that does not change.
+pub fn validate_definition(crd: &Value, old: Option<&Value>) -> Vec<FieldError> {
     let mut errors = Vec::new();
+    if let Some(old) = old
+        && let Some(scope) = crd.pointer("/spec/scope")
+        && old.pointer("/spec/scope").is_some_and(|s| s != scope)
+    {
+        errors.push(FieldError::invalid(
+            "spec.scope",
+            scope,
+            "field is immutable",
+        ));
+    }
     let name = crate::meta::name_of(crd);
     let str_at = |p: &str| crate::meta::str_at(crd, p).unwrap_or("");
     let expected = format!("{}.{}", str_at("/spec/names/plural"), str_at("/spec/group"));
@@ -446,6 +456,29 @@ mod tests {
         assert!(validate(&new, Some(&old), &schema()).is_empty());
         let new = json!({"spec": {"image": "b", "replicas": 51}});
         assert_eq!(validate(&new, Some(&old), &schema()).len(), 1);
+    }
+
+    #[test]
+    fn a_crd_keeps_its_scope_and_its_name_follows_its_names() {
+        let crd = |scope: &str| {
+            json!({"metadata": {"name": "pools.example.com"}, "spec": {"group": "example.com",
+                "names": {"plural": "pools"}, "scope": scope, "versions": []}})
+        };
+        assert!(validate_definition(&crd("Namespaced"), Some(&crd("Namespaced"))).is_empty());
+        let errors: Vec<String> = validate_definition(&crd("Cluster"), Some(&crd("Namespaced")))
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            errors,
+            vec!["spec.scope: Invalid value: \"Cluster\": field is immutable"]
+        );
+        let mut renamed = crd("Namespaced");
+        renamed["spec"]["names"]["plural"] = json!("pool");
+        assert_eq!(
+            validate_definition(&renamed, None)[0].to_string(),
+            "metadata.name: Invalid value: \"pools.example.com\": must be spec.names.plural+\".\"+spec.group"
+        );
     }
 
     #[test]
