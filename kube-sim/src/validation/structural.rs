@@ -62,7 +62,7 @@ fn node(schema: &Value, path: &str, level: Level, errors: &mut Vec<FieldError>) 
     }
     let props = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties");
-    if props.is_some_and(|p| !p.is_empty()) && additional.is_some() {
+    if props.is_some_and(|p| !p.is_empty()) && additional.is_some_and(|a| a != &Value::Bool(true)) {
         errors.push(FieldError::forbidden(
             &format!("{path}.additionalProperties"),
             "additionalProperties and properties are mutual exclusive",
