@@ -27,6 +27,7 @@ pub mod server;
 pub mod store;
 pub mod table;
 pub mod tls;
+pub mod validation;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

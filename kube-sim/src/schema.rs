@@ -5,6 +5,7 @@
 //! (`+listType=map`, `patchMergeKey`); custom resources use `x-kubernetes-list-type` and
 //! `x-kubernetes-list-map-keys` from the CRD schema.
 
+use serde::Deserialize as _;
 use serde_json::{Map, Value};
 
 /// How a list merges under server-side apply.
@@ -282,6 +283,25 @@ fn prune(v: &mut Value, schema: &Value, path: &str, removed: &mut Vec<String>) {
     }
 }
 
+/// Drops the fields `ObjectMeta` does not declare from a custom resource's `metadata`, returning their paths.
+pub fn prune_custom_metadata(obj: &mut Value) -> Vec<String> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let Some(md) = obj.get_mut("metadata") else {
+        return Vec::new();
+    };
+    let Some(mut typed) = ObjectMeta::deserialize(&*md)
+        .ok()
+        .and_then(|m| serde_json::to_value(m).ok())
+    else {
+        return Vec::new();
+    };
+    drop_invented_objects(md, &mut typed);
+    let mut removed = Vec::new();
+    removed_paths(md, &typed, "metadata", &mut removed);
+    *md = typed;
+    removed
+}
+
 /// Drops the fields a built-in type does not declare, by decoding the object into its `k8s-openapi` type and
 /// encoding it again (which also normalises values the way the API server does, such as numeric quantities
 /// becoming strings). Returns the removed paths. Objects that do not decode, and types without a mapping,
@@ -317,10 +337,26 @@ pub fn prune_built_in(group: &str, plural: &str, obj: &mut Value) -> Vec<String>
     let Some(typed) = typed else {
         return Vec::new();
     };
+    let mut typed = typed;
+    drop_invented_objects(obj, &mut typed);
     let mut removed = Vec::new();
     removed_paths(obj, &typed, "", &mut removed);
     *obj = typed;
     removed
+}
+
+/// Removes the empty objects decoding invented for required fields the body left out (such as a
+/// Deployment's `spec.selector`), so that validation sees them missing as the API server does.
+fn drop_invented_objects(before: &Value, after: &mut Value) {
+    let (Value::Object(b), Value::Object(a)) = (before, after) else {
+        return;
+    };
+    a.retain(|k, v| b.contains_key(k) || !v.as_object().is_some_and(Map::is_empty));
+    for (k, v) in a.iter_mut() {
+        if let Some(bv) = b.get(k) {
+            drop_invented_objects(bv, v);
+        }
+    }
 }
 
 fn removed_paths(before: &Value, after: &Value, path: &str, out: &mut Vec<String>) {

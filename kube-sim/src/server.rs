@@ -123,7 +123,7 @@ fn error_response(e: &Error) -> Response<Body> {
 
 fn with_warnings(mut r: Response<Body>, warnings: &[String]) -> Response<Body> {
     for w in warnings {
-        let text = format!("299 - \"{}\"", w.replace('"', "'"));
+        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
         if let Ok(v) = HeaderValue::from_str(&text) {
             r.headers_mut().append("Warning", v);
         }
@@ -315,7 +315,13 @@ async fn read_body(req: Request<Incoming>) -> Result<(Bytes, String), Error> {
     let body = Limited::new(req.into_body(), MAX_BODY)
         .collect()
         .await
-        .map_err(|e| Error::BadRequest(format!("reading the request body: {e}")))?
+        .map_err(|e| {
+            if e.is::<http_body_util::LengthLimitError>() {
+                Error::RequestEntityTooLarge(format!("limit is {MAX_BODY}"))
+            } else {
+                Error::BadRequest(format!("reading the request body: {e}"))
+            }
+        })?
         .to_bytes();
     Ok((body, content_type))
 }

@@ -287,14 +287,6 @@ impl Store {
     }
 }
 
-fn qualified_kind(info: &ResourceInfo) -> String {
-    if info.group.is_empty() {
-        info.kind.clone()
-    } else {
-        format!("{}.{}", info.kind, info.group)
-    }
-}
-
 fn scope_ns(info: &ResourceInfo, namespace: Option<&str>) -> String {
     if info.namespaced {
         namespace.unwrap_or("").to_string()

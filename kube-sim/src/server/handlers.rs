@@ -161,10 +161,16 @@ impl Call<'_> {
         let obj = object_body(Some(&content_type), &body)?;
         check_kind(&self.info, &self.version, &obj)?;
         let obj = super::convert::incoming(&self.info, obj);
-        let created = self
-            .store()
-            .create(&self.gr, self.ns(), obj, &self.write_options())?;
-        Ok(json_response(StatusCode::CREATED, &self.present(created)))
+        let opts = self.write_options();
+        let mut warnings = duplicates(&body, &opts)?;
+        let (created, pruned) =
+            self.store()
+                .create_with_warnings(&self.gr, self.ns(), obj, &opts)?;
+        warnings.extend(pruned);
+        Ok(with_warnings(
+            json_response(StatusCode::CREATED, &self.present(created)),
+            &warnings,
+        ))
     }
 
     /// `PUT` of an object, its status or its scale.
@@ -177,18 +183,29 @@ impl Call<'_> {
         let (body, content_type) = read_body(req).await?;
         let obj = object_body(Some(&content_type), &body)?;
         let opts = self.write_options();
-        let out = match sub {
+        let mut warnings = duplicates(&body, &opts)?;
+        let (out, pruned) = match sub {
             None => {
                 check_kind(&self.info, &self.version, &obj)?;
                 check_name(&obj, name)?;
                 let obj = super::convert::incoming(&self.info, obj);
-                self.store()
-                    .update(Endpoint::Main, &self.gr, self.ns(), obj, &opts)?
+                self.store().update_with_warnings(
+                    Endpoint::Main,
+                    &self.gr,
+                    self.ns(),
+                    obj,
+                    &opts,
+                )?
             }
             Some("status") => {
                 check_name(&obj, name)?;
-                self.store()
-                    .update(Endpoint::Status, &self.gr, self.ns(), obj, &opts)?
+                self.store().update_with_warnings(
+                    Endpoint::Status,
+                    &self.gr,
+                    self.ns(),
+                    obj,
+                    &opts,
+                )?
             }
             Some("scale") => {
                 let replicas = obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0));
@@ -213,7 +230,11 @@ impl Call<'_> {
             }
             Some(_) => return Err(Error::MethodNotAllowed),
         };
-        Ok(json_response(StatusCode::OK, &self.present(out)))
+        warnings.extend(pruned);
+        Ok(with_warnings(
+            json_response(StatusCode::OK, &self.present(out)),
+            &warnings,
+        ))
     }
 
     /// `PATCH` of an object, its status or its scale; an apply that creates answers `201 Created`.
@@ -230,9 +251,13 @@ impl Call<'_> {
         if sub == Some("scale") {
             return self.patch_scale(name, &patch, opts);
         }
-        let patched = self
+        let mut warnings =
+            crate::validation::strict::check_duplicates(&body, opts.field_validation)
+                .map_err(Error::BadRequest)?;
+        let mut patched = self
             .store()
             .patch(&self.gr, self.ns(), name, sub, &patch, &opts)?;
+        warnings.append(&mut patched.warnings);
         let code = if patched.created {
             StatusCode::CREATED
         } else {
@@ -240,7 +265,7 @@ impl Call<'_> {
         };
         Ok(with_warnings(
             json_response(code, &self.present(patched.object)),
-            &patched.warnings,
+            &warnings,
         ))
     }
 
@@ -488,4 +513,10 @@ fn scale_of(obj: &Value) -> Value {
         "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
         "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)), "selector": selector},
     })
+}
+
+/// The warnings about fields a write's body repeats, or its refusal under strict field validation.
+fn duplicates(body: &[u8], opts: &WriteOptions) -> Result<Vec<String>, Error> {
+    crate::validation::strict::check_duplicates(body, opts.field_validation)
+        .map_err(Error::BadRequest)
 }

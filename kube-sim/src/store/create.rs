@@ -7,8 +7,7 @@ use serde_json::{Value, json};
 use super::history::{EventKind, store_object};
 use super::update::{Managed, require_object, set_type, validate};
 use super::{
-    Error, FieldValidation, Result, State, Store, WriteOptions, next_rv, qualified_kind, scope_ns,
-    set_rv,
+    Error, FieldValidation, Result, State, Store, WriteOptions, next_rv, scope_ns, set_rv,
 };
 use crate::meta::{self, metadata_mut};
 use crate::resource::{GenerationRule, GroupResource, ResourceInfo};
@@ -22,16 +21,30 @@ impl Store {
         obj: Value,
         opts: &WriteOptions,
     ) -> Result<Value> {
+        self.create_with_warnings(gr, namespace, obj, opts)
+            .map(|(created, _)| created)
+    }
+
+    /// Creates an object like [`Store::create`], also returning the warnings about unknown fields it dropped.
+    pub fn create_with_warnings(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<(Value, Vec<String>)> {
         let mut st = self.lock();
         let info = st.info(gr)?;
         let managed = opts.managed();
         let validation = opts.field_validation;
-        let (obj, _) = self.prepare_create(&mut st, &info, namespace, obj, managed, validation)?;
-        Ok(if opts.dry_run {
+        let (obj, warnings) =
+            self.prepare_create(&mut st, &info, namespace, obj, managed, validation)?;
+        let created = if opts.dry_run {
             obj
         } else {
             self.insert_new(st, &info, obj)
-        })
+        };
+        Ok((created, warnings))
     }
 
     /// The object a create would store (without its `resourceVersion`), and warnings about pruned fields:
@@ -71,7 +84,7 @@ impl Store {
         if gr == GroupResource::pods() {
             super::admission::admit_pod(st, &ns, &mut obj);
         }
-        validate(info, &obj)?;
+        validate(info, &obj, None)?;
         stamp_system_metadata(info, &mut obj);
         if let Managed::Update(manager) = managed {
             super::track_update(info, None, &mut obj, manager, None);
@@ -140,14 +153,14 @@ fn settle_create_metadata(info: &ResourceInfo, ns: &str, obj: &mut Value) -> Res
                 md.insert("name".into(), json!(name));
             }
             _ => {
-                return Err(Error::Invalid {
-                    qualified_kind: qualified_kind(info),
-                    group: info.group.clone(),
-                    kind: info.kind.clone(),
-                    name: String::new(),
-                    message: "metadata.name: Required value: name or generateName is required"
-                        .to_string(),
-                });
+                return Err(Error::invalid(
+                    info,
+                    "",
+                    vec![crate::validation::FieldError::required(
+                        "metadata.name",
+                        "name or generateName is required",
+                    )],
+                ));
             }
         }
     }

@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use crate::resource::GroupResource;
+use crate::validation::FieldError;
 
 /// An API error, convertible to a Kubernetes `Status`.
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
@@ -45,10 +46,8 @@ pub enum Error {
         causes: Vec<(String, String)>,
     },
     /// The object failed validation.
-    #[error("{qualified_kind} \"{name}\" is invalid: {message}")]
+    #[error("{} \"{name}\" is invalid: {message}", qualified(kind, group))]
     Invalid {
-        /// `Kind.group`, or `Kind` for the core group.
-        qualified_kind: String,
         /// The group.
         group: String,
         /// The kind.
@@ -57,10 +56,15 @@ pub enum Error {
         name: String,
         /// The field errors, joined.
         message: String,
+        /// The field errors, one `details.causes` entry each; empty when only `message` is known.
+        causes: Vec<FieldError>,
     },
     /// The request is malformed.
     #[error("{0}")]
     BadRequest(String),
+    /// The request body is larger than the server reads.
+    #[error("Request entity too large: {0}")]
+    RequestEntityTooLarge(String),
     /// The patch type is not accepted for this resource.
     #[error("{0}")]
     UnsupportedMediaType(String),
@@ -101,6 +105,7 @@ impl Error {
             }
             Error::Invalid { .. } => 422,
             Error::BadRequest(_) => 400,
+            Error::RequestEntityTooLarge(_) => 413,
             Error::UnsupportedMediaType(_) => 415,
             Error::NotAcceptable(_) => 406,
             Error::Forbidden { .. } => 403,
@@ -119,6 +124,7 @@ impl Error {
             Error::Conflict { .. } | Error::ApplyConflict { .. } => "Conflict",
             Error::Invalid { .. } => "Invalid",
             Error::BadRequest(_) => "BadRequest",
+            Error::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
             Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Error::NotAcceptable(_) => "NotAcceptable",
             Error::Forbidden { .. } => "Forbidden",
@@ -147,9 +153,19 @@ impl Error {
                 kind,
                 name,
                 message,
+                causes,
                 ..
-            } => Some(json!({"name": name, "group": group, "kind": kind,
-                "causes": [{"reason": "FieldValueInvalid", "message": message}]})),
+            } => {
+                let causes: Vec<Value> = if causes.is_empty() {
+                    vec![json!({"reason": "FieldValueInvalid", "message": message})]
+                } else {
+                    causes
+                        .iter()
+                        .map(|c| json!({"reason": c.kind.reason(), "message": c.body(), "field": c.field}))
+                        .collect()
+                };
+                Some(json!({"name": name, "group": group, "kind": kind, "causes": causes}))
+            }
             Error::ResourceNotFound => Some(json!({})),
             _ => None,
         };
@@ -168,6 +184,21 @@ impl Error {
         status
     }
 
+    /// The `422 Invalid` of an object of a resource that failed validation.
+    pub fn invalid(
+        info: &crate::resource::ResourceInfo,
+        name: &str,
+        causes: Vec<FieldError>,
+    ) -> Error {
+        Error::Invalid {
+            group: info.group.clone(),
+            kind: info.kind.clone(),
+            name: name.to_string(),
+            message: crate::validation::join(&causes),
+            causes,
+        }
+    }
+
     pub(super) fn stale(resource: &GroupResource, name: &str) -> Error {
         Error::Conflict {
             resource: resource.clone(),
@@ -175,6 +206,15 @@ impl Error {
             reason: "the object has been modified; please apply your changes to the latest version and try again"
                 .to_string(),
         }
+    }
+}
+
+/// `Kind.group`, or `Kind` for the core group.
+fn qualified(kind: &str, group: &str) -> String {
+    if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{group}")
     }
 }
 

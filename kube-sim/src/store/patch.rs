@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::update::{Endpoint, Managed};
-use super::{Error, Patch, PatchOptions, Result, Store, qualified_kind, scope_ns};
+use super::{Error, Patch, PatchOptions, Result, Store, scope_ns};
 use crate::fieldmanager;
 use crate::meta::{self, metadata_mut};
 use crate::patch;
@@ -177,11 +177,11 @@ fn patched<'a>(
         Patch::Json(body) => {
             patch::json_patch(&mut new, body).map_err(|e| match e {
                 patch::Error::TestFailed { .. } => Error::Invalid {
-                    qualified_kind: qualified_kind(info),
                     group: info.group.clone(),
                     kind: info.kind.clone(),
                     name: name.to_string(),
                     message: e.to_string(),
+                    causes: Vec::new(),
                 },
                 patch::Error::Invalid(m) => Error::BadRequest(m),
             })?;
@@ -205,11 +205,11 @@ fn patched<'a>(
 
 fn patch_options_invalid(message: &str) -> Error {
     Error::Invalid {
-        qualified_kind: "PatchOptions.meta.k8s.io".to_string(),
         group: "meta.k8s.io".to_string(),
         kind: "PatchOptions".to_string(),
         name: String::new(),
         message: message.to_string(),
+        causes: Vec::new(),
     }
 }
 

@@ -7,8 +7,7 @@ use serde_json::{Value, json};
 
 use super::history::{EventKind, push_event, store_object};
 use super::{
-    Error, FieldValidation, Key, Result, State, Store, WriteOptions, next_rv, qualified_kind,
-    scope_ns, set_rv,
+    Error, FieldValidation, Key, Result, State, Store, WriteOptions, next_rv, scope_ns, set_rv,
 };
 use crate::fieldmanager;
 use crate::meta::{self, metadata_mut};
@@ -51,6 +50,20 @@ impl Store {
         obj: Value,
         opts: &WriteOptions,
     ) -> Result<Value> {
+        self.update_with_warnings(endpoint, gr, namespace, obj, opts)
+            .map(|(updated, _)| updated)
+    }
+
+    /// Replaces an object like [`Store::update`], also returning the warnings about unknown fields it
+    /// dropped.
+    pub fn update_with_warnings(
+        &self,
+        endpoint: Endpoint,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        obj: Value,
+        opts: &WriteOptions,
+    ) -> Result<(Value, Vec<String>)> {
         let manager = opts.field_manager.as_deref().unwrap_or("kube-sim");
         let name = meta::name_of(&obj).to_string();
         if name.is_empty() {
@@ -65,7 +78,7 @@ impl Store {
         {
             return Err(Error::stale(gr, &name));
         }
-        let (new, _warnings) = self.prepare_update(
+        let (new, warnings) = self.prepare_update(
             &info,
             &old,
             obj,
@@ -74,9 +87,9 @@ impl Store {
             opts.field_validation,
         )?;
         if opts.dry_run {
-            return Ok(new);
+            return Ok((new, warnings));
         }
-        Ok(self.commit_update(st, &info, key, old, new))
+        Ok((self.commit_update(st, &info, key, old, new), warnings))
     }
 
     /// Defaults built-in types and prunes custom resources; returns warnings about pruned fields.
@@ -90,9 +103,19 @@ impl Store {
             let Some(schema) = info.schema(info.preferred_version()) else {
                 return Ok(Vec::new());
             };
-            schema::prune_custom_resource(obj, schema)
+            let mut removed = schema::prune_custom_metadata(obj);
+            removed.extend(schema::prune_custom_resource(obj, schema));
+            removed
         } else {
+            if let Some(message) =
+                crate::validation::decode::type_error(&info.group, &info.plural, &info.kind, obj)
+            {
+                return Err(Error::BadRequest(message));
+            }
             let removed = schema::prune_built_in(&info.group, &info.plural, obj);
+            if info.group_resource() == GroupResource::new("", "secrets") {
+                crate::validation::builtin::merge_string_data(obj);
+            }
             crate::defaults::apply(&info.group, &info.plural, obj);
             removed
         };
@@ -144,7 +167,7 @@ impl Store {
         keep_system_metadata(old, &mut new, &managed, endpoint);
         set_type(info, &mut new);
         let warnings = self.normalize(info, &mut new, validation)?;
-        validate(info, &new)?;
+        validate(info, &new, Some(old))?;
         if endpoint == Endpoint::Main && bumps_generation(info, old, &new) {
             let g = old
                 .pointer("/metadata/generation")
@@ -348,62 +371,12 @@ fn bumps_generation(info: &ResourceInfo, old: &Value, new: &Value) -> bool {
     }
 }
 
-pub(super) fn validate(info: &ResourceInfo, obj: &Value) -> Result<()> {
-    let invalid = |message: String| Error::Invalid {
-        qualified_kind: qualified_kind(info),
-        group: info.group.clone(),
-        kind: info.kind.clone(),
-        name: meta::name_of(obj).to_string(),
-        message,
-    };
-    let name = meta::name_of(obj);
-    let dns_ok = |s: &str| {
-        !s.is_empty()
-            && s.len() <= 253
-            && s.chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
-            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && s.ends_with(|c: char| c.is_ascii_alphanumeric())
-    };
-    if !dns_ok(name) && info.plural != "events" {
-        return Err(invalid(format!(
-            "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 subdomain must consist of lower case \
-             alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
-        )));
+/// Refuses an object that fails validation (`old` is the stored object on updates) with `422 Invalid`.
+pub(super) fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Result<()> {
+    let errors = crate::validation::validate(info, obj, old);
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::invalid(info, meta::name_of(obj), errors))
     }
-    if info.group == "apps" && (info.plural == "deployments" || info.plural == "replicasets") {
-        let Some(selector) = obj
-            .pointer("/spec/selector/matchLabels")
-            .and_then(Value::as_object)
-        else {
-            return Err(invalid("spec.selector: Required value".to_string()));
-        };
-        let labels = obj
-            .pointer("/spec/template/metadata/labels")
-            .and_then(Value::as_object);
-        let matches = selector
-            .iter()
-            .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
-        if !matches || selector.is_empty() {
-            return Err(invalid(format!(
-                "spec.template.metadata.labels: Invalid value: {}: `selector` does not match template `labels`",
-                labels
-                    .map(|l| Value::Object(l.clone()))
-                    .unwrap_or(Value::Null)
-            )));
-        }
-    }
-    if info.plural == "customresourcedefinitions" {
-        let spec_name = format!(
-            "{}.{}",
-            meta::str_at(obj, "/spec/names/plural").unwrap_or(""),
-            meta::str_at(obj, "/spec/group").unwrap_or("")
-        );
-        if spec_name != name {
-            return Err(invalid(format!(
-                "metadata.name: Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"
-            )));
-        }
-    }
-    Ok(())
 }

@@ -15,6 +15,7 @@ mod rollout;
 mod scale;
 mod semantics;
 mod startup;
+mod validation;
 
 use std::path::Path;
 use std::process::Output;
