@@ -741,3 +741,58 @@ async fn only_the_lease_holder_reconciles_and_a_stopped_leader_hands_over() {
     );
     cluster.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_workerpool_a_real_cluster_refuses_is_refused_and_defaults_apply() {
+    let cluster = Cluster::start().await;
+    let api = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        cluster.client.clone(),
+        NAMESPACE,
+        &kube::discovery::ApiResource::erase::<WorkerPool>(&()),
+    );
+    let pool = |spec: serde_json::Value| -> kube::api::DynamicObject {
+        serde_json::from_value(
+            json!({"apiVersion": "demo.dev-env.io/v1alpha1", "kind": "WorkerPool",
+            "metadata": {"name": "bad"}, "spec": spec}),
+        )
+        .unwrap()
+    };
+    let template = json!({"spec": {"containers": [{"name": "worker", "image": "w"}]}});
+    for (spec, field, says) in [
+        (
+            json!({"replicas": "three", "template": template}),
+            "spec.replicas",
+            "must be of type integer",
+        ),
+        (
+            json!({"replicas": -1, "template": template}),
+            "spec.replicas",
+            "should be greater than or equal to 0",
+        ),
+        (json!({"replicas": 1}), "spec.template", "Required value"),
+    ] {
+        let err = api
+            .create(&PostParams::default(), &pool(spec))
+            .await
+            .unwrap_err();
+        let kube::Error::Api(status) = err else {
+            panic!("{err}")
+        };
+        assert_eq!(
+            (status.code, status.reason.as_str()),
+            (422, "Invalid"),
+            "{status:?}"
+        );
+        assert!(
+            status.message.contains(field) && status.message.contains(says),
+            "{}",
+            status.message
+        );
+    }
+    let created = api
+        .create(&PostParams::default(), &pool(json!({"template": template})))
+        .await
+        .unwrap();
+    assert_eq!(created.data["spec"]["replicas"], 1, "the schema's default");
+    cluster.shutdown().await;
+}
