@@ -18,6 +18,21 @@ static ENV: LazyLock<Arc<cel::Env>> = LazyLock::new(|| {
     Arc::new(env)
 });
 
+/// Functions of the Kubernetes CEL libraries that rules may call and the CEL crate does not have:
+/// a CRD whose rule calls one is refused, so no rule goes unchecked here that a real cluster checks.
+pub const UNSUPPORTED_FUNCTIONS: &[&str] = &[
+    "quantity",
+    "isQuantity",
+    "url",
+    "isURL",
+    "ip",
+    "isIP",
+    "cidr",
+    "isCIDR",
+    "semver",
+    "isSemver",
+];
+
 /// A rule could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -355,6 +370,23 @@ fn join_field_path(path: &str, field_path: &str) -> String {
     out
 }
 
+/// Why kube-sim cannot evaluate `program`, when it calls an [`UNSUPPORTED_FUNCTIONS`] function.
+fn unsupported(program: &cel::Program) -> Option<String> {
+    let references = program.references();
+    let missing: Vec<&str> = UNSUPPORTED_FUNCTIONS
+        .iter()
+        .copied()
+        .filter(|f| references.has_function(f))
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "kube-sim cannot evaluate {}(): a real cluster would check this rule and kube-sim would not, \
+             so the CRD is refused here; write the rule without it to test it on kube-sim",
+            missing.join("(), ")
+        )
+    })
+}
+
 /// The errors of the rules of a CRD's schemas that do not compile.
 pub fn compile_errors(schema: &Value, path: &str, errors: &mut Vec<FieldError>) {
     if let Some(rules) = schema
@@ -370,8 +402,10 @@ pub fn compile_errors(schema: &Value, path: &str, errors: &mut Vec<FieldError>) 
             }
             let problem = match compile(text) {
                 Err(e) => Some(e.to_string().replace('\n', " ")),
-                Ok(_) => undefined_field(text, schema)
-                    .map(|m| format!("compilation failed: ERROR: <input>:{m}")),
+                Ok(program) => unsupported(&program).or_else(|| {
+                    undefined_field(text, schema)
+                        .map(|m| format!("compilation failed: ERROR: <input>:{m}"))
+                }),
             };
             if let Some(detail) = problem {
                 errors.push(FieldError::new(
@@ -587,6 +621,40 @@ mod tests {
         assert_eq!(r, cel::Value::Bool(true));
         let r = evaluate(&p, &json!([2, 1, 3]), None, None).unwrap();
         assert_eq!(r, cel::Value::Bool(false));
+    }
+
+    #[test]
+    fn the_functions_refused_are_the_ones_the_crate_lacks() {
+        for (f, call) in [
+            ("quantity", "quantity('1Gi')"),
+            ("url", "url('https://x')"),
+            ("ip", "ip('10.0.0.1')"),
+            ("cidr", "cidr('10.0.0.0/8')"),
+            ("semver", "semver('1.0.0')"),
+        ] {
+            let program = compile(&format!("{call} != null")).unwrap();
+            let ran = evaluate(&program, &json!({}), None, None);
+            assert!(
+                matches!(
+                    ran,
+                    Err(Error::Execute(cel::ExecutionError::UndeclaredReference(_)))
+                ),
+                "{f}: {ran:?}"
+            );
+            assert!(UNSUPPORTED_FUNCTIONS.contains(&f));
+            assert!(unsupported(&program).unwrap().contains(&format!("{f}()")));
+        }
+        assert_eq!(unsupported(&compile("self.size() > 1").unwrap()), None);
+        let schema = json!({"type": "object", "properties": {"size": {"type": "string"}},
+            "x-kubernetes-validations": [{"rule": "quantity(self.size).isGreaterThan(quantity('1Gi'))"}]});
+        let mut errors = Vec::new();
+        compile_errors(&schema, "spec", &mut errors);
+        assert_eq!(errors.len(), 1);
+        let text = errors[0].to_string();
+        assert!(
+            text.contains("spec.x-kubernetes-validations[0].rule") && text.contains("quantity()"),
+            "{text}"
+        );
     }
 
     #[test]
