@@ -238,9 +238,11 @@ fn watch_rolls_out_what_each_save_touches_and_only_that() {
     let config = env.config();
     let events = Events::default();
     let mut session = Session::start(&config.file, &events);
-    events.wait_for(
+    // The first session may build the node image and both components from cold.
+    events.wait_longer(
         1,
         "app ready",
+        Duration::from_secs(900),
         |e| matches!(e, Event::Ready { component, .. } if component == "app"),
     );
     events.wait_for(
@@ -332,6 +334,22 @@ fn watch_rolls_out_what_each_save_touches_and_only_that() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(pods(&config, "app"), app_pods, "app's pod kept running");
+
+    // An environment file that needs `dev up --recreate` is reported, not applied.
+    let file = std::fs::read_to_string(&config.file).unwrap();
+    let port = dev_env_tests::free_port();
+    std::fs::write(
+        &config.file,
+        format!("{file}registry: {{hostPort: {port}}}\n"),
+    )
+    .unwrap();
+    events.wait_for(
+        1,
+        "the drift reported",
+        |e| matches!(e, Event::WatchProblem { message } if message.contains("dev up --recreate")),
+    );
+    std::fs::write(&config.file, &file).unwrap();
+    assert_eq!(pods(&config, "app"), app_pods, "nothing was recreated");
 
     // Stopping is quick and leaves a converged environment.
     let took = session.stop();
