@@ -80,17 +80,7 @@ pub fn metadata(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
     if let Some(old) = old
         && old.pointer("/metadata/deletionTimestamp").is_some()
     {
-        let list = |v: &Value| -> Vec<String> {
-            v.pointer("/metadata/finalizers")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let list = |v: &Value| crate::resource::strings(v.pointer("/metadata/finalizers"));
         let before = list(old);
         let mut added: Vec<String> = list(obj)
             .into_iter()
