@@ -570,7 +570,7 @@ fn printer_columns_of(version: &Value) -> Vec<PrinterColumn> {
 }
 
 /// The strings of a JSON array; empty when absent.
-fn strings(v: Option<&Value>) -> Vec<String> {
+pub(crate) fn strings(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array)
         .map(|a| {
             a.iter()

@@ -112,17 +112,9 @@ impl<'a> Node<'a> {
             Node::Schema(Some(s)) => {
                 match s.get("x-kubernetes-list-type").and_then(Value::as_str) {
                     Some("set") => ListType::Set,
-                    Some("map") => ListType::Map(
-                        s.get("x-kubernetes-list-map-keys")
-                            .and_then(Value::as_array)
-                            .map(|a| {
-                                a.iter()
-                                    .filter_map(Value::as_str)
-                                    .map(str::to_string)
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                    ),
+                    Some("map") => ListType::Map(crate::resource::strings(
+                        s.get("x-kubernetes-list-map-keys"),
+                    )),
                     _ => ListType::Atomic,
                 }
             }

@@ -13,7 +13,7 @@
 //!   carries the list `resourceVersion`).
 //! - Writes: [`Store::create`], [`Store::update`] through an [`Endpoint`] (`Main`: `status` is kept from the
 //!   stored object when a status subresource exists; `Status`: only `status`, plus annotations for built-in
-//!   types), [`Store::patch`] (apply, strategic merge, JSON merge and JSON patch, optionally on `status`;
+//!   types; both return a [`Written`] with the pruning warnings), [`Store::patch`] (apply, strategic merge, JSON merge and JSON patch, optionally on `status`;
 //!   [`Patched`] says whether an apply created the object), [`Store::delete`]. Every write takes a field manager in [`WriteOptions`] or [`PatchOptions`].
 //!   A `resourceVersion` in the body of an update is a precondition (409 `Conflict` when stale); a write that
 //!   changes nothing returns the stored object with its old `resourceVersion` and emits no event.
@@ -63,7 +63,7 @@ pub use options::{
     PatchOptions, PodLogs, StoreConfig, WriteOptions,
 };
 pub use patch::Patched;
-pub use update::Endpoint;
+pub use update::{Endpoint, Written};
 
 type Key = (String, String);
 

@@ -353,6 +353,7 @@ mod tests {
         store
             .create(gr, Some("default"), obj, &WriteOptions::manager("test"))
             .unwrap()
+            .object
     }
 
     fn owned_by(owner: &Value, kind: &str, api_version: &str) -> Value {

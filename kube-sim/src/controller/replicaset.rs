@@ -276,7 +276,7 @@ fn create_pod(store: &Store, config: &Config, rs: &Value) -> Result<(), Error> {
                     COMPONENT,
                     "Normal",
                     "SuccessfulCreate",
-                    &format!("Created pod: {}", meta::name_of(&created)),
+                    &format!("Created pod: {}", meta::name_of(&created.object)),
                 );
                 return Ok(());
             }

@@ -243,7 +243,9 @@ fn register_node(store: &Store, config: &Config) -> Result<(), Error> {
     let mut current = match store.get(&nodes, None, name) {
         Ok(n) => n,
         Err(store::Error::NotFound { .. }) => {
-            store.create(&nodes, None, node, &WriteOptions::manager(MANAGER))?
+            store
+                .create(&nodes, None, node, &WriteOptions::manager(MANAGER))?
+                .object
         }
         Err(e) => return Err(e.into()),
     };
@@ -302,7 +304,7 @@ async fn bind<R: ContainerRuntime>(k: Arc<Kubelet<R>>, pod: Value) {
                 let message = format!("Successfully assigned {ns}/{name} to {node}");
                 crate::controller::record_event(
                     &k.store,
-                    &bound,
+                    &bound.object,
                     "default-scheduler",
                     "Normal",
                     "Scheduled",

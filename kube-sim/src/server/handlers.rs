@@ -155,20 +155,32 @@ impl Call<'_> {
         Ok(r)
     }
 
-    /// `POST` to the collection.
-    pub(super) async fn create(&self, req: Request<Incoming>) -> Result<Response<Body>, Error> {
+    /// The object a `POST` or `PUT` body holds, the write's options, and the warnings about fields the body
+    /// names twice; `check` sees the object before the body is checked for such fields.
+    async fn read_write(
+        &self,
+        req: Request<Incoming>,
+        check: impl FnOnce(&Value) -> Result<(), Error>,
+    ) -> Result<(Value, WriteOptions, Vec<String>), Error> {
         let (body, content_type) = read_body(req).await?;
         let obj = object_body(Some(&content_type), &body)?;
-        check_kind(&self.info, &self.version, &obj)?;
-        let obj = super::convert::incoming(&self.info, obj);
+        check(&obj)?;
         let opts = self.write_options();
-        let mut warnings = duplicates(&body, &opts)?;
-        let (created, pruned) =
-            self.store()
-                .create_with_warnings(&self.gr, self.ns(), obj, &opts)?;
-        warnings.extend(pruned);
+        let warnings = crate::validation::strict::check_duplicates(&body, opts.field_validation)
+            .map_err(Error::BadRequest)?;
+        Ok((obj, opts, warnings))
+    }
+
+    /// `POST` to the collection.
+    pub(super) async fn create(&self, req: Request<Incoming>) -> Result<Response<Body>, Error> {
+        let (obj, opts, mut warnings) = self
+            .read_write(req, |obj| check_kind(&self.info, &self.version, obj))
+            .await?;
+        let obj = super::convert::incoming(&self.info, obj);
+        let mut created = self.store().create(&self.gr, self.ns(), obj, &opts)?;
+        warnings.append(&mut created.warnings);
         Ok(with_warnings(
-            json_response(StatusCode::CREATED, &self.present(created)),
+            json_response(StatusCode::CREATED, &self.present(created.object)),
             &warnings,
         ))
     }
@@ -180,32 +192,19 @@ impl Call<'_> {
         name: &str,
         sub: Option<&str>,
     ) -> Result<Response<Body>, Error> {
-        let (body, content_type) = read_body(req).await?;
-        let obj = object_body(Some(&content_type), &body)?;
-        let opts = self.write_options();
-        let mut warnings = duplicates(&body, &opts)?;
-        let (out, pruned) = match sub {
+        let (obj, opts, mut warnings) = self.read_write(req, |_| Ok(())).await?;
+        let mut written = match sub {
             None => {
                 check_kind(&self.info, &self.version, &obj)?;
                 check_name(&obj, name)?;
                 let obj = super::convert::incoming(&self.info, obj);
-                self.store().update_with_warnings(
-                    Endpoint::Main,
-                    &self.gr,
-                    self.ns(),
-                    obj,
-                    &opts,
-                )?
+                self.store()
+                    .update(Endpoint::Main, &self.gr, self.ns(), obj, &opts)?
             }
             Some("status") => {
                 check_name(&obj, name)?;
-                self.store().update_with_warnings(
-                    Endpoint::Status,
-                    &self.gr,
-                    self.ns(),
-                    obj,
-                    &opts,
-                )?
+                self.store()
+                    .update(Endpoint::Status, &self.gr, self.ns(), obj, &opts)?
             }
             Some("scale") => {
                 let replicas = obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0));
@@ -230,9 +229,9 @@ impl Call<'_> {
             }
             Some(_) => return Err(Error::MethodNotAllowed),
         };
-        warnings.extend(pruned);
+        warnings.append(&mut written.warnings);
         Ok(with_warnings(
-            json_response(StatusCode::OK, &self.present(out)),
+            json_response(StatusCode::OK, &self.present(written.object)),
             &warnings,
         ))
     }
@@ -513,10 +512,4 @@ fn scale_of(obj: &Value) -> Value {
         "spec": {"replicas": obj.pointer("/spec/replicas").cloned().unwrap_or(json!(0))},
         "status": {"replicas": obj.pointer("/status/replicas").cloned().unwrap_or(json!(0)), "selector": selector},
     })
-}
-
-/// The warnings about fields a write's body repeats, or its refusal under strict field validation.
-fn duplicates(body: &[u8], opts: &WriteOptions) -> Result<Vec<String>, Error> {
-    crate::validation::strict::check_duplicates(body, opts.field_validation)
-        .map_err(Error::BadRequest)
 }

@@ -5,7 +5,7 @@ use std::sync::{Arc, MutexGuard};
 use serde_json::{Value, json};
 
 use super::history::{EventKind, store_object};
-use super::update::{Managed, require_object, set_type, validate};
+use super::update::{Managed, Written, require_object, set_type, validate};
 use super::{
     Error, FieldValidation, Result, State, Store, WriteOptions, next_rv, scope_ns, set_rv,
 };
@@ -20,31 +20,19 @@ impl Store {
         namespace: Option<&str>,
         obj: Value,
         opts: &WriteOptions,
-    ) -> Result<Value> {
-        self.create_with_warnings(gr, namespace, obj, opts)
-            .map(|(created, _)| created)
-    }
-
-    /// Creates an object like [`Store::create`], also returning the warnings about unknown fields it dropped.
-    pub fn create_with_warnings(
-        &self,
-        gr: &GroupResource,
-        namespace: Option<&str>,
-        obj: Value,
-        opts: &WriteOptions,
-    ) -> Result<(Value, Vec<String>)> {
+    ) -> Result<Written> {
         let mut st = self.lock();
         let info = st.info(gr)?;
         let managed = opts.managed();
         let validation = opts.field_validation;
         let (obj, warnings) =
             self.prepare_create(&mut st, &info, namespace, obj, managed, validation)?;
-        let created = if opts.dry_run {
+        let object = if opts.dry_run {
             obj
         } else {
             self.insert_new(st, &info, obj)
         };
-        Ok((created, warnings))
+        Ok(Written { object, warnings })
     }
 
     /// The object a create would store (without its `resourceVersion`), and warnings about pruned fields:

@@ -20,6 +20,7 @@ fn deploy() -> GroupResource {
 
 fn create(s: &Store, gr: &GroupResource, obj: Value) -> Result<Value, Error> {
     s.create(gr, NS, obj, &WriteOptions::manager("t"))
+        .map(|w| w.object)
 }
 
 fn merge(s: &Store, gr: &GroupResource, name: &str, sub: Option<&str>, patch: Value) -> Value {
@@ -126,7 +127,8 @@ fn deployment_generation_follows_spec_and_annotations_but_not_labels_or_status()
             main,
             &WriteOptions::manager("t"),
         )
-        .unwrap();
+        .unwrap()
+        .object;
     assert_eq!(
         after["status"]["observedGeneration"],
         json!(3),

@@ -39,6 +39,15 @@ pub(super) enum Managed<'a> {
     Precomputed,
 }
 
+/// What a create or an update stored (or, on a dry run, would store).
+#[derive(Debug)]
+pub struct Written {
+    /// The object as written.
+    pub object: Value,
+    /// Warnings about unknown fields that were pruned.
+    pub warnings: Vec<String>,
+}
+
 impl Store {
     /// Replaces an object through one of its endpoints: through [`Endpoint::Main`], `status` is kept when a
     /// status subresource exists; through [`Endpoint::Status`], everything but `status` is kept.
@@ -49,21 +58,7 @@ impl Store {
         namespace: Option<&str>,
         obj: Value,
         opts: &WriteOptions,
-    ) -> Result<Value> {
-        self.update_with_warnings(endpoint, gr, namespace, obj, opts)
-            .map(|(updated, _)| updated)
-    }
-
-    /// Replaces an object like [`Store::update`], also returning the warnings about unknown fields it
-    /// dropped.
-    pub fn update_with_warnings(
-        &self,
-        endpoint: Endpoint,
-        gr: &GroupResource,
-        namespace: Option<&str>,
-        obj: Value,
-        opts: &WriteOptions,
-    ) -> Result<(Value, Vec<String>)> {
+    ) -> Result<Written> {
         let manager = opts.field_manager.as_deref().unwrap_or("kube-sim");
         let name = meta::name_of(&obj).to_string();
         if name.is_empty() {
@@ -86,10 +81,12 @@ impl Store {
             Managed::Update(manager),
             opts.field_validation,
         )?;
-        if opts.dry_run {
-            return Ok((new, warnings));
-        }
-        Ok((self.commit_update(st, &info, key, old, new), warnings))
+        let object = if opts.dry_run {
+            new
+        } else {
+            self.commit_update(st, &info, key, old, new)
+        };
+        Ok(Written { object, warnings })
     }
 
     /// Defaults built-in types and prunes custom resources; returns warnings about pruned fields.

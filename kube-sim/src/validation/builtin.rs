@@ -80,17 +80,7 @@ pub fn metadata(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
     if let Some(old) = old
         && old.pointer("/metadata/deletionTimestamp").is_some()
     {
-        let list = |v: &Value| -> Vec<String> {
-            v.pointer("/metadata/finalizers")
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let list = |v: &Value| crate::resource::strings(v.pointer("/metadata/finalizers"));
         let before = list(old);
         let mut added: Vec<String> = list(obj)
             .into_iter()
@@ -135,11 +125,7 @@ pub fn selector_matches(selector: &Value, labels: Option<&Map<String, Value>>) -
         .get("matchLabels")
         .and_then(Value::as_object)
         .is_none_or(|m| m.iter().all(|(k, v)| get(k) == v.as_str()));
-    let exprs = selector
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
+    let exprs = super::items(selector, "matchExpressions");
     by_labels
         && exprs.iter().all(|e| {
             let key = e.get("key").and_then(Value::as_str).unwrap_or("");
@@ -454,11 +440,7 @@ fn service(obj: &Value) -> Vec<FieldError> {
         .and_then(Value::as_str)
         .unwrap_or("ClusterIP");
     let headless = spec.get("clusterIP").and_then(Value::as_str) == Some("None");
-    let ports = spec
-        .get("ports")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
+    let ports = super::items(spec, "ports");
     if ports.is_empty() && !headless && kind != "ExternalName" {
         errors.push(FieldError::required("spec.ports", ""));
     }
@@ -520,6 +502,7 @@ pub fn merge_string_data(obj: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validation::messages;
     use serde_json::json;
 
     #[test]
@@ -527,10 +510,7 @@ mod tests {
         let d = json!({"spec": {"selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "db"}},
                 "spec": {"containers": [{"name": "a", "image": "x"}]}}}});
-        let errors: Vec<String> = workload(&d, None, "deployment")
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = messages(&workload(&d, None, "deployment"));
         assert_eq!(
             errors,
             vec![
@@ -544,10 +524,7 @@ mod tests {
         let d = json!({"spec": {"template": {"metadata": {"labels": {"app": "web"}},
                 "spec": {"containers": [{"name": "a", "image": "x"}]}},
             "strategy": {"type": "Recreate", "rollingUpdate": {"maxSurge": 1}}}});
-        let errors: Vec<String> = workload(&d, None, "deployment")
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = messages(&workload(&d, None, "deployment"));
         assert_eq!(
             errors,
             vec![
@@ -562,10 +539,7 @@ mod tests {
     fn secrets_keep_their_type_and_carry_the_keys_it_needs() {
         let old = json!({"type": "Opaque", "data": {}});
         let new = json!({"type": "kubernetes.io/tls", "data": {"tls.crt": "eA=="}});
-        let errors: Vec<String> = config_data(&new, Some(&old), true)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = messages(&config_data(&new, Some(&old), true));
         assert_eq!(
             errors,
             vec![
@@ -586,10 +560,7 @@ mod tests {
     fn immutable_config_maps_refuse_changes() {
         let old = json!({"immutable": true, "data": {"a": "1"}});
         let new = json!({"data": {"a": "2"}});
-        let errors: Vec<String> = config_data(&new, Some(&old), false)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = messages(&config_data(&new, Some(&old), false));
         assert_eq!(
             errors,
             vec![

@@ -526,10 +526,7 @@ mod tests {
     }
 
     fn messages(obj: Value, old: Option<Value>) -> Vec<String> {
-        validate(&obj, old.as_ref(), &schema())
-            .iter()
-            .map(ToString::to_string)
-            .collect()
+        crate::validation::messages(&validate(&obj, old.as_ref(), &schema()))
     }
 
     #[test]
@@ -586,10 +583,7 @@ mod tests {
                 "properties": {"ratio": {"type": "number"}}}}});
         let obj = json!({"apiVersion": "x/v1", "kind": "X",
             "metadata": {"name": "pool-a", "labels": {"a": "b"}}, "spec": {"ratio": 1}});
-        let errors: Vec<String> = validate(&obj, None, &schema)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = crate::validation::messages(&validate(&obj, None, &schema));
         assert_eq!(
             errors,
             vec!["spec: Invalid value: \"object\": failed rule: self.ratio <= 0.5"]

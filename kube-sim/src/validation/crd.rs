@@ -4,7 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{BadValue, ErrorType, FieldError, format};
+use super::{BadValue, ErrorType, FieldError, child, format};
 
 /// The errors of a custom resource against its version's `openAPIV3Schema`. The root's `apiVersion`,
 /// `kind` and `metadata` are not checked against the schema.
@@ -45,15 +45,6 @@ pub(super) fn check_value(v: &Value, schema: &Value, path: &str) -> Vec<FieldErr
     let mut errors = Vec::new();
     check(v, None, schema, path, &mut errors);
     errors
-}
-
-/// The path of a field of the object at `path`.
-fn child(path: &str, name: &str) -> String {
-    if path.is_empty() {
-        name.to_string()
-    } else {
-        format!("{path}.{name}")
-    }
 }
 
 /// The JSON type name of a value as the validator reports it.
@@ -323,12 +314,7 @@ fn check_list_keys(items: &[Value], schema: &Value, path: &str, errors: &mut Vec
                         .collect(),
                 )
             };
-            errors.push(FieldError::new(
-                ErrorType::Duplicate,
-                &format!("{path}[{i}]"),
-                BadValue::Json(shown),
-                "",
-            ));
+            errors.push(FieldError::duplicate(&format!("{path}[{i}]"), &shown));
         }
     }
 }
@@ -443,10 +429,7 @@ mod tests {
     }
 
     fn messages(obj: Value) -> Vec<String> {
-        validate(&obj, None, &schema())
-            .iter()
-            .map(ToString::to_string)
-            .collect()
+        crate::validation::messages(&validate(&obj, None, &schema()))
     }
 
     #[test]
@@ -465,10 +448,10 @@ mod tests {
                 "names": {"plural": "pools"}, "scope": scope, "versions": []}})
         };
         assert!(validate_definition(&crd("Namespaced"), Some(&crd("Namespaced"))).is_empty());
-        let errors: Vec<String> = validate_definition(&crd("Cluster"), Some(&crd("Namespaced")))
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = crate::validation::messages(&validate_definition(
+            &crd("Cluster"),
+            Some(&crd("Namespaced")),
+        ));
         assert_eq!(
             errors,
             vec!["spec.scope: Invalid value: \"Cluster\": field is immutable"]

@@ -109,6 +109,7 @@ pub fn validate(obj: &Value) -> Vec<FieldError> {
 #[cfg(test)]
 mod tests {
     use super::validate;
+    use crate::validation::messages;
     use serde_json::json;
 
     #[test]
@@ -117,7 +118,7 @@ mod tests {
             "annotations": {"kubectl.kubernetes.io/restartedAt": "2024-01-01T00:00:00Z"}}});
         assert!(validate(&ok).is_empty());
         let bad = json!({"metadata": {"labels": {"bad key": "bad value!"}}});
-        let errors: Vec<String> = validate(&bad).iter().map(ToString::to_string).collect();
+        let errors = messages(&validate(&bad));
         assert_eq!(errors.len(), 2, "{errors:?}");
         assert!(
             errors[0]

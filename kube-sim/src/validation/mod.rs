@@ -122,6 +122,26 @@ impl FieldError {
         FieldError::new(ErrorType::Required, field, BadValue::Omit, detail)
     }
 
+    /// `Duplicate value: <value>`.
+    pub fn duplicate(field: &str, value: &Value) -> FieldError {
+        FieldError::new(
+            ErrorType::Duplicate,
+            field,
+            BadValue::Json(value.clone()),
+            "",
+        )
+    }
+
+    /// `Not found: <value>`.
+    pub fn not_found(field: &str, value: &Value) -> FieldError {
+        FieldError::new(
+            ErrorType::NotFound,
+            field,
+            BadValue::Json(value.clone()),
+            "",
+        )
+    }
+
     /// `Forbidden: <detail>`.
     pub fn forbidden(field: &str, detail: &str) -> FieldError {
         FieldError::new(ErrorType::Forbidden, field, BadValue::Omit, detail)
@@ -183,6 +203,36 @@ impl std::fmt::Display for FieldError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.field, self.body())
     }
+}
+
+/// The path of the field `name` of the object at `path`; `name` alone at the root.
+pub fn child(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_string()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+/// The items of the list at `key` of `v`; none when it is absent or not a list.
+pub fn items<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v.get(key)
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
+/// Calls `check` with each item of the list at `key` of `v` and the item's path, `path.key[i]`.
+pub fn each_item<'a>(v: &'a Value, key: &str, path: &str, mut check: impl FnMut(&'a Value, &str)) {
+    for (i, item) in items(v, key).iter().enumerate() {
+        check(item, &format!("{}[{i}]", child(path, key)));
+    }
+}
+
+/// The messages of a list of errors, one a line as the API server prints them.
+#[cfg(test)]
+pub(crate) fn messages(errors: &[FieldError]) -> Vec<String> {
+    errors.iter().map(ToString::to_string).collect()
 }
 
 /// The message of a list of errors as the API server joins them: one as it is, several in brackets.

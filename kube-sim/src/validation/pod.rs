@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use super::{BadValue, ErrorType, FieldError, builtin};
+use super::{FieldError, builtin, each_item, items};
 
 const LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
 
@@ -24,57 +24,39 @@ pub fn check_port(port: Option<&Value>, path: &str, errors: &mut Vec<FieldError>
 /// The errors of a pod spec at `path` (`spec` or `spec.template.spec`).
 pub fn validate_spec(spec: &Value, path: &str) -> Vec<FieldError> {
     let mut errors = Vec::new();
-    let containers = spec
-        .get("containers")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    if containers.is_empty() {
+    if items(spec, "containers").is_empty() {
         errors.push(FieldError::required(&format!("{path}.containers"), ""));
     }
     let volumes = volume_names(spec, path, &mut errors);
     let mut names = Vec::new();
-    for (list, items) in [
-        ("initContainers", spec.get("initContainers")),
-        ("containers", Some(&Value::Array(containers.to_vec()))),
-    ] {
-        let items = items
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        for (i, c) in items.iter().enumerate() {
-            let at = format!("{path}.{list}[{i}]");
-            container(c, &at, &mut names, &volumes, &mut errors);
-        }
+    for list in ["initContainers", "containers"] {
+        each_item(spec, list, path, |c, at| {
+            container(c, at, &mut names, &volumes, &mut errors);
+        });
     }
     errors
+}
+
+/// Adds an error when a name at `at` is missing, repeats one of `names` or is not a DNS label; then
+/// adds it to `names`.
+fn unique_label(name: &str, at: &str, names: &mut Vec<String>, errors: &mut Vec<FieldError>) {
+    if name.is_empty() {
+        errors.push(FieldError::required(at, ""));
+    } else if names.iter().any(|n| n == name) {
+        errors.push(FieldError::duplicate(at, &Value::from(name)));
+    } else if !builtin::is_dns_label(name) {
+        errors.push(FieldError::invalid(at, &Value::from(name), LABEL_MSG));
+    }
+    names.push(name.to_string());
 }
 
 /// The names of a pod spec's volumes, after recording errors for missing, invalid and repeated ones.
 fn volume_names(spec: &Value, path: &str, errors: &mut Vec<FieldError>) -> Vec<String> {
     let mut names: Vec<String> = Vec::new();
-    let volumes = spec
-        .get("volumes")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    for (i, v) in volumes.iter().enumerate() {
-        let at = format!("{path}.volumes[{i}].name");
+    each_item(spec, "volumes", path, |v, at| {
         let name = v.get("name").and_then(Value::as_str).unwrap_or("");
-        if name.is_empty() {
-            errors.push(FieldError::required(&at, ""));
-        } else if names.iter().any(|n| n == name) {
-            errors.push(FieldError::new(
-                ErrorType::Duplicate,
-                &at,
-                BadValue::Json(Value::from(name)),
-                "",
-            ));
-        } else if !builtin::is_dns_label(name) {
-            errors.push(FieldError::invalid(&at, &Value::from(name), LABEL_MSG));
-        }
-        names.push(name.to_string());
-    }
+        unique_label(name, &format!("{at}.name"), &mut names, errors);
+    });
     names
 }
 
@@ -104,22 +86,14 @@ pub fn port_name_messages(name: &str) -> Vec<&'static str> {
 
 /// The errors of a container's volume mounts: a name among the pod's volumes and a mount path.
 fn mounts(c: &Value, at: &str, volumes: &[String], errors: &mut Vec<FieldError>) {
-    let list = c
-        .get("volumeMounts")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    for (k, m) in list.iter().enumerate() {
-        let mp = format!("{at}.volumeMounts[{k}]");
+    each_item(c, "volumeMounts", at, |m, mp| {
         let name = m.get("name").and_then(Value::as_str).unwrap_or("");
         if name.is_empty() {
             errors.push(FieldError::required(&format!("{mp}.name"), ""));
         } else if !volumes.iter().any(|v| v == name) {
-            errors.push(FieldError::new(
-                ErrorType::NotFound,
+            errors.push(FieldError::not_found(
                 &format!("{mp}.name"),
-                BadValue::Json(Value::from(name)),
-                "",
+                &Value::from(name),
             ));
         }
         if m.get("mountPath")
@@ -128,7 +102,7 @@ fn mounts(c: &Value, at: &str, volumes: &[String], errors: &mut Vec<FieldError>)
         {
             errors.push(FieldError::required(&format!("{mp}.mountPath"), ""));
         }
-    }
+    });
 }
 
 /// The errors of one container: a unique DNS-label name, an image, valid ports and mounts of declared
@@ -142,24 +116,7 @@ fn container(
 ) {
     mounts(c, at, volumes, errors);
     let name = c.get("name").and_then(Value::as_str).unwrap_or("");
-    let name_path = format!("{at}.name");
-    if name.is_empty() {
-        errors.push(FieldError::required(&name_path, ""));
-    } else if names.iter().any(|n| n == name) {
-        errors.push(FieldError::new(
-            ErrorType::Duplicate,
-            &name_path,
-            BadValue::Json(Value::from(name)),
-            "",
-        ));
-    } else if !builtin::is_dns_label(name) {
-        errors.push(FieldError::invalid(
-            &name_path,
-            &Value::from(name),
-            LABEL_MSG,
-        ));
-    }
-    names.push(name.to_string());
+    unique_label(name, &format!("{at}.name"), names, errors);
     if c.get("image")
         .and_then(Value::as_str)
         .is_none_or(str::is_empty)
@@ -176,37 +133,32 @@ fn container(
             &supported,
         ));
     }
-    let ports = c
-        .get("ports")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
-    for (j, p) in ports.iter().enumerate() {
-        if let Some(port_name) = p.get("name").and_then(Value::as_str)
-            && !port_name.is_empty()
-        {
-            for m in port_name_messages(port_name) {
-                errors.push(FieldError::invalid(
-                    &format!("{at}.ports[{j}].name"),
-                    &Value::from(port_name),
-                    m,
-                ));
-            }
+    each_item(c, "ports", at, |p, pp| container_port(p, pp, errors));
+}
+
+/// The errors of one of a container's ports at `pp`: an IANA service name, a container port and a host
+/// port in range.
+fn container_port(p: &Value, pp: &str, errors: &mut Vec<FieldError>) {
+    if let Some(port_name) = p.get("name").and_then(Value::as_str)
+        && !port_name.is_empty()
+    {
+        for m in port_name_messages(port_name) {
+            errors.push(FieldError::invalid(
+                &format!("{pp}.name"),
+                &Value::from(port_name),
+                m,
+            ));
         }
-        let pp = format!("{at}.ports[{j}].containerPort");
-        match p.get("containerPort").and_then(Value::as_i64) {
-            None | Some(0) => errors.push(FieldError::required(&pp, "")),
-            Some(_) => check_port(p.get("containerPort"), &pp, errors),
-        }
-        if let Some(h) = p.get("hostPort").and_then(Value::as_i64)
-            && h != 0
-        {
-            check_port(
-                p.get("hostPort"),
-                &format!("{at}.ports[{j}].hostPort"),
-                errors,
-            );
-        }
+    }
+    let container_port = format!("{pp}.containerPort");
+    match p.get("containerPort").and_then(Value::as_i64) {
+        None | Some(0) => errors.push(FieldError::required(&container_port, "")),
+        Some(_) => check_port(p.get("containerPort"), &container_port, errors),
+    }
+    if let Some(h) = p.get("hostPort").and_then(Value::as_i64)
+        && h != 0
+    {
+        check_port(p.get("hostPort"), &format!("{pp}.hostPort"), errors);
     }
 }
 
@@ -318,6 +270,7 @@ fn only_mutable_changes(old: &Value, new: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::validation::messages;
     use serde_json::json;
 
     #[test]
@@ -341,10 +294,7 @@ mod tests {
             "containers": [{"name": "a", "image": "x",
                 "ports": [{"name": "metrics-endpoint", "containerPort": 9090}],
                 "volumeMounts": [{"name": "data", "mountPath": "/d"}, {"name": "cache", "mountPath": "/c"}]}]});
-        let errors: Vec<String> = validate_spec(&spec, "spec")
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = messages(&validate_spec(&spec, "spec"));
         assert_eq!(
             errors,
             vec![
@@ -359,10 +309,7 @@ mod tests {
         let old = json!({"spec": {"containers": [{"name": "a", "image": "x"}], "activeDeadlineSeconds": 60}});
         let lower = json!({"spec": {"containers": [{"name": "a", "image": "x"}], "activeDeadlineSeconds": 30}});
         assert!(validate_pod(&lower, Some(&old)).is_empty());
-        let errors: Vec<String> = validate_pod(&old, Some(&lower))
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = messages(&validate_pod(&old, Some(&lower)));
         assert_eq!(
             errors,
             vec![
@@ -375,10 +322,7 @@ mod tests {
     fn containers_need_names_images_and_ports_in_range() {
         let spec = json!({"containers": [{"name": "a", "ports": [{"containerPort": 70000}]},
             {"name": "a", "image": "x"}]});
-        let errors: Vec<String> = validate_spec(&spec, "spec")
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = messages(&validate_spec(&spec, "spec"));
         assert_eq!(
             errors,
             vec![

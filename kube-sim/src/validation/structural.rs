@@ -115,6 +115,7 @@ fn check_default(schema: &Value, path: &str, level: Level, errors: &mut Vec<Fiel
 #[cfg(test)]
 mod tests {
     use super::validate;
+    use crate::validation::messages;
     use serde_json::json;
 
     #[test]
@@ -122,10 +123,7 @@ mod tests {
         let schema = json!({"type": "object", "properties": {
             "spec": {"properties": {"xs": {"type": "array"}, "ok": {"x-kubernetes-int-or-string": true}}},
             "free": {"x-kubernetes-preserve-unknown-fields": true}}});
-        let errors: Vec<String> = validate(&schema, "s")
-            .iter()
-            .map(ToString::to_string)
-            .collect();
+        let errors = messages(&validate(&schema, "s"));
         assert_eq!(
             errors,
             vec![

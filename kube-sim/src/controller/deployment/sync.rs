@@ -104,7 +104,7 @@ impl Rollout<'_> {
                 if count > 0 {
                     self.scaling_event(&format!("Scaled up replica set {name} from 0 to {count}"));
                 }
-                c
+                c.object
             }
             Err(store::Error::AlreadyExists { .. }) => {
                 return self.existing_or_collision(&ns, name, &template, collision);
@@ -215,25 +215,31 @@ impl Rollout<'_> {
     /// Writes the Deployment's status (and annotations) as they are now in `self.d`.
     pub(super) fn write_deployment_status(&mut self) -> Result<(), Error> {
         let ns = meta::namespace_of(&self.d).to_string();
-        self.d = self.store.update(
-            Endpoint::Status,
-            &GroupResource::deployments(),
-            Some(&ns),
-            self.d.clone(),
-            &WriteOptions::manager(MANAGER),
-        )?;
+        self.d = self
+            .store
+            .update(
+                Endpoint::Status,
+                &GroupResource::deployments(),
+                Some(&ns),
+                self.d.clone(),
+                &WriteOptions::manager(MANAGER),
+            )?
+            .object;
         Ok(())
     }
 
     pub(super) fn update_rs(&self, rs: Value) -> Result<Value, Error> {
         let ns = meta::namespace_of(&rs).to_string();
-        Ok(self.store.update(
-            Endpoint::Main,
-            &GroupResource::replicasets(),
-            Some(&ns),
-            rs,
-            &WriteOptions::manager(MANAGER),
-        )?)
+        Ok(self
+            .store
+            .update(
+                Endpoint::Main,
+                &GroupResource::replicasets(),
+                Some(&ns),
+                rs,
+                &WriteOptions::manager(MANAGER),
+            )?
+            .object)
     }
 
     /// `isScalingEvent`: an active ReplicaSet was scaled for a different `spec.replicas`.
