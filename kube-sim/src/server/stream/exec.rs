@@ -1,0 +1,185 @@
+//! `pods/exec` over WebSocket, subprotocol `v5.channel.k8s.io`: the command starts before the upgrade
+//! (so its errors come back as a `Status`), then its output flows to the client on channels 1 and 2,
+//! stdin from channel 0 reaches it, and channel 3 carries the final `Status` with the exit code.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::{SinkExt as _, StreamExt as _};
+use http::{Request, Response, header};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::io::{AsyncWrite, AsyncWriteExt as _};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+use super::{Error, header_values, switching, wants_websocket};
+use crate::server::{Body, Query};
+use crate::store::{self, ExecOutput, ExecRequest, ExecSession, PodStreams};
+
+/// The one exec subprotocol served.
+const V5: &str = "v5.channel.k8s.io";
+/// Channels of the v5 protocol.
+const STDIN: u8 = 0;
+const STDOUT: u8 = 1;
+const STDERR: u8 = 2;
+const STATUS: u8 = 3;
+/// A client message on this channel closes the channel named by its second byte.
+const CLOSE: u8 = 255;
+
+/// Starts the command and answers the upgrade, or a `Status` when either cannot be done.
+pub(super) async fn serve(
+    mut req: Request<Incoming>,
+    q: &Query,
+    pod: &Value,
+    streams: Arc<dyn PodStreams>,
+) -> Result<Response<Body>, store::Error> {
+    let command: Vec<String> =
+        q.0.iter()
+            .filter(|(k, _)| k == "command")
+            .map(|(_, v)| v.clone())
+            .collect();
+    if command.is_empty() {
+        return Err(store::Error::BadRequest(
+            "you must specify at least 1 command".to_string(),
+        ));
+    }
+    let protocols = header_values(req.headers(), "sec-websocket-protocol");
+    let key = req.headers().get("sec-websocket-key").cloned();
+    let (true, true, Some(key)) = (
+        wants_websocket(req.headers()),
+        protocols.iter().any(|p| p == V5),
+        key,
+    ) else {
+        return Err(store::Error::BadRequest(format!(
+            "pods/exec is served over WebSocket with the {V5} subprotocol (kubectl 1.30 and later, \
+             kube-rs with the `ws` feature); SPDY is not served"
+        )));
+    };
+    let request = ExecRequest {
+        container: q.get("container").map(str::to_string),
+        command,
+        stdin: q.flag("stdin"),
+        tty: q.flag("tty"),
+    };
+    let session = streams.exec(pod, request).await?;
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    tokio::spawn(async move {
+        let result = match on_upgrade.await {
+            Ok(upgraded) => {
+                let io = TokioIo::new(upgraded);
+                let ws = WebSocketStream::from_raw_socket(io, Role::Server, None).await;
+                run(ws, session).await
+            }
+            Err(e) => Err(Error::Upgrade(e)),
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "an exec session ended with an error");
+        }
+    });
+    Ok(switching(&[
+        ("upgrade", "websocket".to_string()),
+        (
+            header::SEC_WEBSOCKET_ACCEPT.as_str(),
+            derive_accept_key(key.as_bytes()),
+        ),
+        (header::SEC_WEBSOCKET_PROTOCOL.as_str(), V5.to_string()),
+    ]))
+}
+
+/// A message on `channel`.
+fn on_channel(channel: u8, data: &[u8]) -> Message {
+    let mut m = Vec::with_capacity(1 + data.len());
+    m.push(channel);
+    m.extend_from_slice(data);
+    Message::binary(m)
+}
+
+/// The final `Status` of a command, as the kubelet reports it.
+fn exit_status(code: Option<i64>) -> Value {
+    match code {
+        Some(0) => json!({"metadata": {}, "status": "Success"}),
+        Some(code) => json!({
+            "metadata": {},
+            "status": "Failure",
+            "message": format!("command terminated with non-zero exit code: exit status {code}"),
+            "reason": "NonZeroExitCode",
+            "details": {"causes": [{"reason": "ExitCode", "message": code.to_string()}]},
+        }),
+        None => json!({
+            "metadata": {},
+            "status": "Failure",
+            "message": "the command's exit code could not be read from the container runtime",
+            "reason": "InternalError",
+        }),
+    }
+}
+
+/// Runs the session until the command's output ended (then sends its status and closes) or the client
+/// went away.
+async fn run<S>(ws: WebSocketStream<S>, session: ExecSession) -> Result<(), Error>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let (mut sink, incoming) = ws.split();
+    let ExecSession {
+        stdin,
+        mut output,
+        exit_code,
+    } = session;
+    let outputs = async {
+        while let Some(chunk) = output.next().await {
+            let message = match chunk {
+                ExecOutput::Stdout(b) => on_channel(STDOUT, &b),
+                ExecOutput::Stderr(b) => on_channel(STDERR, &b),
+            };
+            sink.send(message).await.map_err(Error::WebSocket)?;
+        }
+        let status = exit_status(exit_code().await).to_string();
+        sink.send(on_channel(STATUS, status.as_bytes()))
+            .await
+            .map_err(Error::WebSocket)?;
+        // The close handshake may not complete once the client has what it waited for.
+        let _ = sink.close().await;
+        Ok(())
+    };
+    tokio::select! {
+        r = outputs => r,
+        () = feed_stdin(incoming, stdin) => Ok(()),
+    }
+}
+
+/// Copies channel 0 into the command's stdin until the client closes it; returns when the client's side
+/// of the connection ends, which ends the session.
+async fn feed_stdin<St>(mut incoming: St, mut stdin: Option<Pin<Box<dyn AsyncWrite + Send>>>)
+where
+    St: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
+{
+    while let Some(Ok(message)) = incoming.next().await {
+        let data = match message {
+            Message::Binary(b) => b,
+            Message::Close(_) => break,
+            _ => continue,
+        };
+        match (data.first().copied(), data.get(1).copied()) {
+            (Some(STDIN), _) => {
+                if let Some(w) = stdin.as_mut() {
+                    let written = w.write_all(&data[1..]).await;
+                    if written.is_err() || w.flush().await.is_err() {
+                        stdin = None;
+                    }
+                }
+            }
+            (Some(CLOSE), Some(STDIN)) => {
+                if let Some(mut w) = stdin.take() {
+                    let _ = w.shutdown().await;
+                }
+            }
+            // Terminal resizes and unknown channels.
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! `pods/exec` and `pods/portforward`: the connection upgrades clients ask for, served through the
+//! [`PodStreams`] a kubelet with real containers installed.
+//!
+//! - `exec` speaks WebSocket with the `v5.channel.k8s.io` subprotocol (kubectl's first choice since 1.30,
+//!   and kube-rs's): binary messages whose first byte is the channel (0 stdin, 1 stdout, 2 stderr, 3 the
+//!   final `Status`, 4 terminal resizes, 255 a client closing one of its channels). The SPDY fallback is
+//!   refused with a `Status`.
+//! - `portforward` speaks SPDY/3.1 (`portforward.k8s.io`). kubectl first asks for a WebSocket tunnel of
+//!   SPDY frames; that request gets a plain error answer, so kubectl falls back to SPDY.
+
+mod dictionary;
+mod exec;
+mod portforward;
+mod spdy;
+
+use std::sync::Arc;
+
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+
+use super::{ApiPath, Body, Query, ServerState, full};
+use crate::resource::GroupResource;
+use crate::store::{self, PodStreams};
+
+/// A streaming session ended with an error (logged; the client already has its upgraded connection).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The HTTP connection was not handed over.
+    #[error("the connection upgrade failed")]
+    Upgrade(#[source] hyper::Error),
+    /// The WebSocket connection failed.
+    #[error("the WebSocket connection failed")]
+    WebSocket(#[source] tokio_tungstenite::tungstenite::Error),
+    /// The SPDY connection failed.
+    #[error("the SPDY connection failed")]
+    Spdy(#[source] spdy::Error),
+}
+
+/// Serves `pods/exec` or `pods/portforward` of the pod at `p`.
+pub(super) async fn serve(
+    state: &ServerState,
+    req: Request<Incoming>,
+    p: &ApiPath,
+    streams: Arc<dyn PodStreams>,
+) -> Result<Response<Body>, store::Error> {
+    let namespace = p.namespace.as_deref().unwrap_or("default");
+    let name = p.name.as_deref().unwrap_or("");
+    let pod = state
+        .store
+        .get(&GroupResource::pods(), Some(namespace), name)?;
+    let q = Query::parse(req.uri().query());
+    match p.subresource.as_deref() {
+        Some("exec") => exec::serve(req, &q, &pod, streams).await,
+        _ => portforward::serve(req, pod, streams),
+    }
+}
+
+/// The comma-separated values of every `name` header, trimmed.
+fn header_values(headers: &HeaderMap, name: &str) -> Vec<String> {
+    headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// Whether the request asks for a WebSocket upgrade.
+fn wants_websocket(headers: &HeaderMap) -> bool {
+    header_values(headers, header::UPGRADE.as_str())
+        .iter()
+        .any(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
+/// A `101 Switching Protocols` with `Connection: Upgrade` and the given headers.
+fn switching(headers: &[(&'static str, String)]) -> Response<Body> {
+    let mut r = Response::new(full(""));
+    *r.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+    for (name, value) in headers {
+        if let Ok(v) = HeaderValue::from_str(value) {
+            r.headers_mut().insert(*name, v);
+        }
+    }
+    r
+}
