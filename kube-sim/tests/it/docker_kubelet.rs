@@ -22,7 +22,7 @@ use crate::rollout::{applied, until, watch};
 use crate::{kubectl_ok, manifest};
 
 /// How long a wait on the engine may take (pulls, starts, probes, restarts).
-const DEADLINE: Duration = Duration::from_secs(90);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(90);
 
 /// How long building the test binary may take.
 const BUILD_DEADLINE: Duration = Duration::from_secs(600);
@@ -33,9 +33,11 @@ const REGISTRY_NAME: &str = "kube-sim-it-registry:5000";
 /// The label that marks this test run's pod containers.
 const TEST_LABEL: &str = "kube-sim-it";
 
-/// A tiny HTTP server: `/healthz` answers 503 until `READY_AFTER_MS` passed, then 200. It prints its
-/// environment and whether the API server's address answers; with the argument `crash` it exits 1, with
-/// `check` it exits 0 at once (for exec probes).
+/// A tiny HTTP server: `/healthz` answers 503 until `READY_AFTER_MS` passed, then 200, other paths
+/// answer `ok <path>`. It prints its environment and whether the API server's address answers; with the
+/// argument `crash` it exits 1, with `check` it exits 0 at once (for exec probes). For `kubectl exec`:
+/// `echo <words>` prints the words, `fail <code>` says so on stderr and exits with the code, `cat` copies
+/// stdin to stdout.
 const APP: &str = r#"
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -47,8 +49,24 @@ fn env(name: &str) -> String {
 
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
-    if mode == "check" {
-        std::process::exit(0);
+    let rest: Vec<String> = std::env::args().skip(2).collect();
+    match mode.as_str() {
+        "check" => std::process::exit(0),
+        "echo" => {
+            println!("{}", rest.join(" "));
+            std::process::exit(0);
+        }
+        "fail" => {
+            eprintln!("failing with {}", rest.join(" "));
+            std::process::exit(rest.first().and_then(|c| c.parse().ok()).unwrap_or(1));
+        }
+        "cat" => {
+            let mut input = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut input);
+            let _ = std::io::stdout().write_all(&input);
+            std::process::exit(0);
+        }
+        _ => {}
     }
     println!(
         "hello from {} greeting={} secret={} ns={} sa={}",
@@ -82,9 +100,9 @@ fn main() {
         let request = String::from_utf8_lossy(&buf[..n]);
         let path = request.split_whitespace().nth(1).unwrap_or("/").to_string();
         let (code, body) = if path == "/healthz" && start.elapsed() < ready_after {
-            ("503 Service Unavailable", "starting")
+            ("503 Service Unavailable", "starting".to_string())
         } else {
-            ("200 OK", "ok")
+            ("200 OK", format!("ok {path}"))
         };
         let _ = write!(stream, "HTTP/1.1 {code}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
     }
@@ -174,7 +192,7 @@ async fn build_app() -> PathBuf {
 }
 
 /// The Docker objects of one test: a network, a registry with images, the names to untag at the end.
-struct Fixture {
+pub(crate) struct Fixture {
     id: String,
     network: String,
     gateway: String,
@@ -186,7 +204,7 @@ struct Fixture {
 impl Fixture {
     /// A network and a registry, with the test app pushed as `demo/app:v1` (serving) and `demo/crash:v1`
     /// (exiting 1).
-    async fn start() -> Fixture {
+    pub(crate) async fn start() -> Fixture {
         let app = build_app().await;
         let id = kube_sim::meta::random_hex(6);
         let network = format!("kube-sim-it-{id}");
@@ -277,7 +295,7 @@ impl Fixture {
     }
 
     /// The image as pods write it.
-    fn image(&self, repo: &str) -> String {
+    pub(crate) fn image(&self, repo: &str) -> String {
         format!("{REGISTRY_NAME}/{repo}:v1")
     }
 
@@ -299,7 +317,7 @@ impl Fixture {
 
     /// A simulator with the Docker kubelet on this network, listening on the network's gateway so pods
     /// reach the API server, with the registry mapped like the `sim` provider maps it.
-    async fn sim(&self) -> Sim {
+    pub(crate) async fn sim(&self) -> Sim {
         let registries = self.registries_file();
         let mut config = Config::ephemeral();
         config.listen = format!("{}:0", self.gateway).parse().expect("an address");
@@ -328,7 +346,7 @@ impl Fixture {
     }
 
     /// Waits until no container has this test's label.
-    async fn until_no_containers(&self, what: &str) {
+    pub(crate) async fn until_no_containers(&self, what: &str) {
         let gone = tokio::time::timeout(DEADLINE, async {
             loop {
                 if self.containers().await.is_empty() {
@@ -395,7 +413,7 @@ fn container_status(p: &Value) -> &Value {
     &p["status"]["containerStatuses"][0]
 }
 
-fn ready(p: &Value) -> bool {
+pub(crate) fn ready(p: &Value) -> bool {
     p["status"]["conditions"].as_array().is_some_and(|cs| {
         cs.iter()
             .any(|c| c["type"] == "Ready" && c["status"] == "True")
@@ -412,7 +430,7 @@ fn waiting_reason(p: &Value) -> Option<&str> {
         .as_str()
 }
 
-async fn create_pod(sim: &Sim, pod: Value) {
+pub(crate) async fn create_pod(sim: &Sim, pod: Value) {
     let api: Api<Pod> = Api::namespaced(sim.client().await.expect("a client"), "default");
     api.create(
         &PostParams::default(),

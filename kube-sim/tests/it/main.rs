@@ -13,6 +13,7 @@ mod rollout;
 mod scale;
 mod semantics;
 mod startup;
+mod streams;
 
 use std::path::Path;
 use std::process::Output;

@@ -1,0 +1,221 @@
+//! `kubectl port-forward` and `kubectl exec` against pods of the Docker kubelet: real containers of the
+//! test app (see `docker_kubelet`), reached through kube-sim's SPDY and WebSocket upgrades.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use kube_sim::{GroupResource, Sim};
+use serde_json::json;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use crate::KUBECTL;
+use crate::docker_kubelet::{DEADLINE, Fixture, create_pod, ready};
+use crate::rollout::{applied, until, watch};
+
+/// How long one forwarded request or one kubectl command may take.
+const STEP: Duration = Duration::from_secs(30);
+
+/// Starts a pod of the test app serving on 8080 and waits until it is ready.
+async fn serving_pod(fx: &Fixture, sim: &Sim, name: &str) {
+    let mut pods = watch(&sim.store().clone(), &GroupResource::pods(), None);
+    create_pod(
+        sim,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": fx.image("demo/app"),
+                "ports": [{"containerPort": 8080}],
+                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}}),
+    )
+    .await;
+    until(&mut pods, DEADLINE, "the pod is ready", |e| {
+        let p = applied(e)?;
+        (p["metadata"]["name"] == name && ready(p)).then_some(())
+    })
+    .await;
+}
+
+/// A loopback port nothing listens on right now.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    listener.local_addr().expect("an address").port()
+}
+
+/// A running `kubectl port-forward`, killed on drop.
+struct PortForward {
+    child: Option<Child>,
+    local: u16,
+}
+
+impl PortForward {
+    /// Starts `kubectl port-forward <target> <local>:<remote>` and waits for its "Forwarding from" line.
+    async fn start(sim: &Sim, target: &str, remote: u16) -> PortForward {
+        let local = free_port();
+        let mut child = Command::new(KUBECTL)
+            .args(["port-forward", target, &format!("{local}:{remote}")])
+            .env("KUBECONFIG", sim.kubeconfig_path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("kubectl runs");
+        let stdout = child.stdout.take().expect("kubectl's stdout");
+        let line = tokio::time::timeout(
+            STEP,
+            tokio::task::spawn_blocking(move || {
+                let mut reader = BufReader::new(stdout);
+                let mut line = String::new();
+                let _ = reader.read_line(&mut line);
+                // kubectl dies of SIGPIPE if its stdout closes: keep reading until it exits.
+                std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+                line
+            }),
+        )
+        .await
+        .expect("kubectl port-forward says it forwards within the deadline")
+        .expect("the reading task does not panic");
+        let mut forward = PortForward {
+            child: Some(child),
+            local,
+        };
+        if !line.starts_with("Forwarding from") {
+            let out = forward.finish().await;
+            panic!(
+                "kubectl port-forward did not start: {line}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        forward
+    }
+
+    /// Waits for kubectl to exit by itself within the deadline (killing it otherwise) and returns its
+    /// output.
+    async fn finish(&mut self) -> Output {
+        let child = self.child.take().expect("kubectl port-forward runs");
+        let waited = tokio::time::timeout(
+            STEP,
+            tokio::task::spawn_blocking(move || child.wait_with_output()),
+        )
+        .await;
+        waited
+            .expect("kubectl port-forward exits within the deadline")
+            .expect("the waiting task does not panic")
+            .expect("kubectl's output")
+    }
+}
+
+impl Drop for PortForward {
+    fn drop(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Sends one `GET <path>` with `Connection: close` to the local port and reads the whole answer.
+async fn try_get(local: u16, path: &str) -> std::io::Result<String> {
+    let exchange = async {
+        let mut tcp = TcpStream::connect(("127.0.0.1", local)).await?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: pod\r\nConnection: close\r\n\r\n");
+        tcp.write_all(request.as_bytes()).await?;
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&answer).into_owned())
+    };
+    tokio::time::timeout(STEP, exchange)
+        .await
+        .unwrap_or_else(|_| panic!("GET {path} through the forward did not finish within {STEP:?}"))
+}
+
+/// [`try_get`] that must succeed.
+async fn get(local: u16, path: &str) -> String {
+    try_get(local, path)
+        .await
+        .unwrap_or_else(|e| panic!("GET {path} through the forward failed: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_port_forward_reaches_the_pods_port_and_reports_a_closed_one() {
+    let fx = Fixture::start().await;
+    let sim = fx.sim().await;
+    serving_pod(&fx, &sim, "web").await;
+
+    let forward = PortForward::start(&sim, "pod/web", 8080).await;
+    for path in ["/first", "/second"] {
+        let answer = get(forward.local, path).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{path}: {answer}");
+        assert!(answer.ends_with(&format!("ok {path}")), "{path}: {answer}");
+    }
+    drop(forward);
+
+    // Nothing listens on 9999: the connection ends, and kubectl reports the kubelet's error.
+    let mut closed = PortForward::start(&sim, "pod/web", 9999).await;
+    // kubectl closes the local connection, or resets it when the request was still unread.
+    let answer = try_get(closed.local, "/nothing").await;
+    assert!(
+        answer.as_ref().is_ok_and(String::is_empty) || answer.is_err(),
+        "nothing answers on a closed port: {answer:?}"
+    );
+    let out = closed.finish().await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("error forwarding port 9999 to pod default/web"),
+        "{stderr}"
+    );
+    assert!(!out.status.success(), "kubectl fails: {stderr}");
+    sim.shutdown().await;
+}
+
+/// Runs `kubectl exec` with `stdin` as its input.
+async fn kubectl_exec(sim: &Sim, args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(KUBECTL)
+        .arg("exec")
+        .args(args)
+        .env("KUBECONFIG", sim.kubeconfig_path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    let mut input = child.stdin.take().expect("kubectl's stdin");
+    let stdin = stdin.to_vec();
+    let shown = args.join(" ");
+    let run = tokio::task::spawn_blocking(move || {
+        input.write_all(&stdin).expect("kubectl reads stdin");
+        drop(input);
+        child.wait_with_output()
+    });
+    tokio::time::timeout(STEP, run)
+        .await
+        .unwrap_or_else(|_| panic!("kubectl exec {shown} did not finish within {STEP:?}"))
+        .expect("the kubectl task does not panic")
+        .expect("kubectl's output")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_exec_runs_commands_in_the_container_with_their_output_stdin_and_exit_code() {
+    let fx = Fixture::start().await;
+    let sim = fx.sim().await;
+    serving_pod(&fx, &sim, "web").await;
+
+    let out = kubectl_exec(&sim, &["web", "--", "/app", "echo", "hello", "world"], b"").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello world\n");
+
+    let out = kubectl_exec(&sim, &["web", "--", "/app", "fail", "3"], b"").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("failing with 3"), "{stderr}");
+
+    let out = kubectl_exec(&sim, &["-i", "web", "--", "/app", "cat"], b"piped\ninput\n").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "piped\ninput\n");
+
+    let out = kubectl_exec(&sim, &["web", "-c", "nope", "--", "/app", "echo"], b"").await;
+    assert!(!out.status.success());
+    sim.shutdown().await;
+    fx.until_no_containers("after shutdown").await;
+}
