@@ -215,7 +215,12 @@ async fn kubectl_exec_runs_commands_in_the_container_with_their_output_stdin_and
     assert_eq!(String::from_utf8_lossy(&out.stdout), "piped\ninput\n");
 
     let out = kubectl_exec(&sim, &["web", "-c", "nope", "--", "/app", "echo"], b"").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
+    assert!(
+        stderr.contains("container nope is not valid for pod web"),
+        "{stderr}"
+    );
     sim.shutdown().await;
     fx.until_no_containers("after shutdown").await;
 }

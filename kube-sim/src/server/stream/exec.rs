@@ -14,7 +14,8 @@ use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
-use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 
 use super::{Error, header_values, switching, wants_websocket};
 use crate::server::{Body, Query};
@@ -47,6 +48,8 @@ pub(super) async fn serve(
             "you must specify at least 1 command".to_string(),
         ));
     }
+    // Checked before the protocol, so that a client falling back to another protocol hears it too.
+    crate::kubelet::logs::log_container(pod, q.get("container"))?;
     let protocols = header_values(req.headers(), "sec-websocket-protocol");
     let key = req.headers().get("sec-websocket-key").cloned();
     let (true, true, Some(key)) = (
@@ -142,8 +145,13 @@ where
         sink.send(on_channel(STATUS, status.as_bytes()))
             .await
             .map_err(Error::WebSocket)?;
-        // The close handshake may not complete once the client has what it waited for.
-        let _ = sink.close().await;
+        // A normal closure: the client reads it as the end of every channel. The close handshake may
+        // not complete once the client has what it waited for.
+        let close = CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        };
+        let _ = sink.send(Message::Close(Some(close))).await;
         Ok(())
     };
     tokio::select! {
