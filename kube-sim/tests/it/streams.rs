@@ -6,6 +6,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Service;
 use kube_sim::{GroupResource, Sim};
 use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -23,7 +24,7 @@ async fn serving_pod(fx: &Fixture, sim: &Sim, name: &str) {
     let mut pods = watch(&sim.store().clone(), &GroupResource::pods(), None);
     create_pod(
         sim,
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
             "spec": {"containers": [{"name": "app", "image": fx.image("demo/app"),
                 "ports": [{"containerPort": 8080}],
                 "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}}),
@@ -147,6 +148,23 @@ async fn kubectl_port_forward_reaches_the_pods_port_and_reports_a_closed_one() {
         assert!(answer.starts_with("HTTP/1.1 200 OK"), "{path}: {answer}");
         assert!(answer.ends_with(&format!("ok {path}")), "{path}: {answer}");
     }
+    drop(forward);
+
+    // kubectl resolves a service to one of its pods and the service port to the container port.
+    let services: kube::Api<Service> =
+        kube::Api::namespaced(sim.client().await.expect("a client"), "default");
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}});
+    services
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(service).expect("a service"),
+        )
+        .await
+        .expect("the service is created");
+    let forward = PortForward::start(&sim, "svc/web", 80).await;
+    let answer = get(forward.local, "/through-the-service").await;
+    assert!(answer.ends_with("ok /through-the-service"), "{answer}");
     drop(forward);
 
     // Nothing listens on 9999: the connection ends, and kubectl reports the kubelet's error.
