@@ -6,7 +6,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube_sim::{GroupResource, Sim};
 use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -241,4 +241,62 @@ async fn kubectl_exec_runs_commands_in_the_container_with_their_output_stdin_and
     );
     sim.shutdown().await;
     fx.until_no_containers("after shutdown").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_exec_streams_stdin_and_stdout_and_reports_the_exit_status() {
+    use kube::api::AttachParams;
+
+    let fx = Fixture::start().await;
+    let sim = fx.sim().await;
+    serving_pod(&fx, &sim, "web").await;
+    let pods: kube::Api<Pod> =
+        kube::Api::namespaced(sim.client().await.expect("a client"), "default");
+
+    let session = async {
+        let params = AttachParams::default().stdin(true).stderr(false);
+        let mut cat = pods
+            .exec("web", ["/app", "cat"], &params)
+            .await
+            .expect("exec starts");
+        let mut stdin = cat.stdin().expect("stdin");
+        stdin
+            .write_all(b"from kube-rs\n")
+            .await
+            .expect("stdin is written");
+        stdin.shutdown().await.expect("stdin is closed");
+        let mut stdout = cat.stdout().expect("stdout");
+        let mut output = String::new();
+        stdout
+            .read_to_string(&mut output)
+            .await
+            .expect("stdout is read");
+        let status = cat.take_status().expect("a status").await;
+        (output, status)
+    };
+    let (output, status) = tokio::time::timeout(STEP, session)
+        .await
+        .expect("the kube-rs exec finishes within the deadline");
+    assert_eq!(output, "from kube-rs\n");
+    assert_eq!(status.and_then(|s| s.status).as_deref(), Some("Success"));
+
+    let failing = async {
+        let mut fail = pods
+            .exec("web", ["/app", "fail", "4"], &AttachParams::default())
+            .await
+            .expect("exec starts");
+        fail.take_status().expect("a status").await
+    };
+    let status = tokio::time::timeout(STEP, failing)
+        .await
+        .expect("the failing exec finishes within the deadline")
+        .expect("a status");
+    let cause = &status.details.expect("details").causes.expect("causes")[0];
+    assert_eq!(
+        (cause.reason.as_deref(), cause.message.as_deref()),
+        (Some("ExitCode"), Some("4")),
+        "{:?}",
+        status.message
+    );
+    sim.shutdown().await;
 }

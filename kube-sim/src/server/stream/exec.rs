@@ -11,13 +11,14 @@ use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::io::{AsyncWrite, AsyncWriteExt as _};
+use tokio::sync::watch;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 
-use super::{Error, header_values, switching, wants_websocket};
+use super::{Error, header_values, spawn_session, switching, wants_websocket};
 use crate::server::{Body, Query};
 use crate::store::{self, ExecOutput, ExecRequest, ExecSession, PodStreams};
 
@@ -37,6 +38,7 @@ pub(super) async fn serve(
     q: &Query,
     pod: &Value,
     streams: Arc<dyn PodStreams>,
+    shutdown: watch::Receiver<bool>,
 ) -> Result<Response<Body>, store::Error> {
     let command: Vec<String> =
         q.0.iter()
@@ -68,20 +70,16 @@ pub(super) async fn serve(
         stdin: q.flag("stdin"),
         tty: q.flag("tty"),
     };
+    let wanted = Wanted {
+        stdout: q.flag("stdout"),
+        stderr: q.flag("stderr"),
+    };
     let session = streams.exec(pod, request).await?;
     let on_upgrade = hyper::upgrade::on(&mut req);
-    tokio::spawn(async move {
-        let result = match on_upgrade.await {
-            Ok(upgraded) => {
-                let io = TokioIo::new(upgraded);
-                let ws = WebSocketStream::from_raw_socket(io, Role::Server, None).await;
-                run(ws, session).await
-            }
-            Err(e) => Err(Error::Upgrade(e)),
-        };
-        if let Err(e) = result {
-            tracing::debug!(error = %e, "an exec session ended with an error");
-        }
+    spawn_session("exec", shutdown, async move {
+        let io = TokioIo::new(on_upgrade.await.map_err(Error::Upgrade)?);
+        let ws = WebSocketStream::from_raw_socket(io, Role::Server, None).await;
+        run(ws, session, wanted).await
     });
     Ok(switching(&[
         ("upgrade", "websocket".to_string()),
@@ -91,6 +89,13 @@ pub(super) async fn serve(
         ),
         (header::SEC_WEBSOCKET_PROTOCOL.as_str(), V5.to_string()),
     ]))
+}
+
+/// The output channels the client asked for (`stdout=true`, `stderr=true`).
+#[derive(Clone, Copy)]
+struct Wanted {
+    stdout: bool,
+    stderr: bool,
 }
 
 /// A message on `channel`.
@@ -123,7 +128,7 @@ fn exit_status(code: Option<i64>) -> Value {
 
 /// Runs the session until the command's output ended (then sends its status and closes) or the client
 /// went away.
-async fn run<S>(ws: WebSocketStream<S>, session: ExecSession) -> Result<(), Error>
+async fn run<S>(ws: WebSocketStream<S>, session: ExecSession, wanted: Wanted) -> Result<(), Error>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
@@ -136,8 +141,9 @@ where
     let outputs = async {
         while let Some(chunk) = output.next().await {
             let message = match chunk {
-                ExecOutput::Stdout(b) => on_channel(STDOUT, &b),
-                ExecOutput::Stderr(b) => on_channel(STDERR, &b),
+                ExecOutput::Stdout(b) if wanted.stdout => on_channel(STDOUT, &b),
+                ExecOutput::Stderr(b) if wanted.stderr => on_channel(STDERR, &b),
+                _ => continue,
             };
             sink.send(message).await.map_err(Error::WebSocket)?;
         }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
+use tokio::sync::watch;
 
 use super::{ApiPath, Body, Query, ServerState, full};
 use crate::resource::GroupResource;
@@ -49,10 +50,28 @@ pub(super) async fn serve(
         .store
         .get(&GroupResource::pods(), Some(namespace), name)?;
     let q = Query::parse(req.uri().query());
+    let shutdown = state.shutdown.clone();
     match p.subresource.as_deref() {
-        Some("exec") => exec::serve(req, &q, &pod, streams).await,
-        _ => portforward::serve(req, pod, streams),
+        Some("exec") => exec::serve(req, &q, &pod, streams, shutdown).await,
+        _ => portforward::serve(req, pod, streams, shutdown),
     }
+}
+
+/// Runs a session on its own task until it ends or the server shuts down; its error is only logged, as
+/// the client already has its answer.
+fn spawn_session<F>(what: &'static str, mut shutdown: watch::Receiver<bool>, session: F)
+where
+    F: Future<Output = Result<(), Error>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        let result = tokio::select! {
+            r = session => r,
+            _ = shutdown.wait_for(|s| *s) => Ok(()),
+        };
+        if let Err(e) = result {
+            tracing::debug!(error = %e, "a {what} session ended with an error");
+        }
+    });
 }
 
 /// The comma-separated values of every `name` header, trimmed.

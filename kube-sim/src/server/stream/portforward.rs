@@ -19,11 +19,11 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::spdy::{self, Decoder, Encoder, Frame, Headers};
-use super::{Error, header_values, switching, wants_websocket};
+use super::{Error, header_values, spawn_session, switching, wants_websocket};
 use crate::meta;
 use crate::server::Body;
 use crate::store::{self, PodStreams};
@@ -41,6 +41,7 @@ pub(super) fn serve(
     mut req: Request<Incoming>,
     pod: Value,
     streams: Arc<dyn PodStreams>,
+    shutdown: watch::Receiver<bool>,
 ) -> Result<Response<Body>, store::Error> {
     let headers = req.headers();
     if wants_websocket(headers) {
@@ -60,14 +61,9 @@ pub(super) fn serve(
         )));
     }
     let on_upgrade = hyper::upgrade::on(&mut req);
-    tokio::spawn(async move {
-        let result = match on_upgrade.await {
-            Ok(upgraded) => Session::new(pod, streams).run(TokioIo::new(upgraded)).await,
-            Err(e) => Err(Error::Upgrade(e)),
-        };
-        if let Err(e) = result {
-            tracing::debug!(error = %e, "a port-forward session ended with an error");
-        }
+    spawn_session("port-forward", shutdown, async move {
+        let io = TokioIo::new(on_upgrade.await.map_err(Error::Upgrade)?);
+        Session::new(pod, streams).run(io).await
     });
     Ok(switching(&[
         ("upgrade", "SPDY/3.1".to_string()),
