@@ -33,11 +33,11 @@ const REGISTRY_NAME: &str = "kube-sim-it-registry:5000";
 /// The label that marks this test run's pod containers.
 const TEST_LABEL: &str = "kube-sim-it";
 
-/// A tiny HTTP server: `/healthz` answers 503 until `READY_AFTER_MS` passed, then 200, other paths
-/// answer `ok <path>`. It prints its environment and whether the API server's address answers; with the
-/// argument `crash` it exits 1, with `check` it exits 0 at once (for exec probes). For `kubectl exec`:
-/// `echo <words>` prints the words, `fail <code>` says so on stderr and exits with the code, `cat` copies
-/// stdin to stdout.
+/// A tiny HTTP server: `/healthz` answers 503 until `READY_AFTER_MS` passed, then 200, `/big` answers
+/// 1 MiB, other paths answer `ok <path>`. It prints its environment and whether the API server's address
+/// answers; with the argument `crash` it exits 1, with `check` it exits 0 at once (for exec probes). For
+/// `kubectl exec`: `echo <words>` prints the words, `fail <code>` says so on stderr and exits with the
+/// code, `cat` copies stdin to stdout.
 const APP: &str = r#"
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -101,6 +101,8 @@ fn main() {
         let path = request.split_whitespace().nth(1).unwrap_or("/").to_string();
         let (code, body) = if path == "/healthz" && start.elapsed() < ready_after {
             ("503 Service Unavailable", "starting".to_string())
+        } else if path == "/big" {
+            ("200 OK", "x".repeat(1 << 20))
         } else {
             ("200 OK", format!("ok {path}"))
         };

@@ -148,6 +148,10 @@ async fn kubectl_port_forward_reaches_the_pods_port_and_reports_a_closed_one() {
         assert!(answer.starts_with("HTTP/1.1 200 OK"), "{path}: {answer}");
         assert!(answer.ends_with(&format!("ok {path}")), "{path}: {answer}");
     }
+    // A body of many data frames.
+    let answer = get(forward.local, "/big").await;
+    let body = answer.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    assert_eq!(body.len(), 1 << 20, "the whole body arrives");
     drop(forward);
 
     // kubectl resolves a service to one of its pods and the service port to the container port.
