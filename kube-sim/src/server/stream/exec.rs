@@ -197,3 +197,28 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_final_status_carries_a_non_zero_exit_code_as_kubectl_reads_it() {
+        assert_eq!(exit_status(Some(0))["status"], "Success");
+        let failed = exit_status(Some(3));
+        assert_eq!(failed["reason"], "NonZeroExitCode");
+        assert_eq!(
+            failed["details"]["causes"][0],
+            json!({"reason": "ExitCode", "message": "3"})
+        );
+        assert_eq!(exit_status(None)["reason"], "InternalError");
+    }
+
+    #[test]
+    fn messages_start_with_their_channel() {
+        assert_eq!(
+            on_channel(STDERR, b"oops"),
+            Message::binary(b"\x02oops".to_vec())
+        );
+    }
+}
