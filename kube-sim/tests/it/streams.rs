@@ -236,6 +236,18 @@ async fn kubectl_exec_runs_commands_in_the_container_with_their_output_stdin_and
     assert!(out.status.success(), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "piped\ninput\n");
 
+    // A command the image does not have: the runtime's error and its exit code, not a hang.
+    let out = kubectl_exec(&sim, &["web", "--", "/no-such-binary"], b"").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(code) if code > 1),
+        "{:?}: {stderr}",
+        out.status
+    );
+    // The engine writes its error into the command's output.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("no-such-binary"), "{stdout} / {stderr}");
+
     let out = kubectl_exec(&sim, &["web", "-c", "nope", "--", "/app", "echo"], b"").await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
