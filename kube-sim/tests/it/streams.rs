@@ -50,12 +50,14 @@ struct PortForward {
 }
 
 impl PortForward {
-    /// Starts `kubectl port-forward <target> <local>:<remote>` and waits for its "Forwarding from" line.
-    async fn start(sim: &Sim, target: &str, remote: u16) -> PortForward {
+    /// Starts `kubectl port-forward <target> <local>:<remote>` and waits for its "Forwarding from" line;
+    /// kubectl tunnels SPDY in WebSocket unless `websockets` is false (then it upgrades to SPDY directly).
+    async fn start(sim: &Sim, target: &str, remote: u16, websockets: bool) -> PortForward {
         let local = free_port();
         let mut child = Command::new(KUBECTL)
             .args(["port-forward", target, &format!("{local}:{remote}")])
             .env("KUBECONFIG", sim.kubeconfig_path())
+            .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -137,12 +139,12 @@ async fn get(local: u16, path: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_port_forward_reaches_the_pods_port_and_reports_a_closed_one() {
+async fn kubectl_port_forward_reaches_the_pods_port_tunnelled_or_not_and_reports_a_closed_one() {
     let fx = Fixture::start().await;
     let sim = fx.sim().await;
     serving_pod(&fx, &sim, "web").await;
 
-    let forward = PortForward::start(&sim, "pod/web", 8080).await;
+    let forward = PortForward::start(&sim, "pod/web", 8080, true).await;
     for path in ["/first", "/second"] {
         let answer = get(forward.local, path).await;
         assert!(answer.starts_with("HTTP/1.1 200 OK"), "{path}: {answer}");
@@ -154,7 +156,8 @@ async fn kubectl_port_forward_reaches_the_pods_port_and_reports_a_closed_one() {
     assert_eq!(body.len(), 1 << 20, "the whole body arrives");
     drop(forward);
 
-    // kubectl resolves a service to one of its pods and the service port to the container port.
+    // kubectl resolves a service to one of its pods and the service port to the container port; this
+    // time it upgrades to SPDY without the WebSocket tunnel.
     let services: kube::Api<Service> =
         kube::Api::namespaced(sim.client().await.expect("a client"), "default");
     let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
@@ -166,13 +169,13 @@ async fn kubectl_port_forward_reaches_the_pods_port_and_reports_a_closed_one() {
         )
         .await
         .expect("the service is created");
-    let forward = PortForward::start(&sim, "svc/web", 80).await;
+    let forward = PortForward::start(&sim, "svc/web", 80, false).await;
     let answer = get(forward.local, "/through-the-service").await;
     assert!(answer.ends_with("ok /through-the-service"), "{answer}");
     drop(forward);
 
     // Nothing listens on 9999: the connection ends, and kubectl reports the kubelet's error.
-    let mut closed = PortForward::start(&sim, "pod/web", 9999).await;
+    let mut closed = PortForward::start(&sim, "pod/web", 9999, true).await;
     // kubectl closes the local connection, or resets it when the request was still unread.
     let answer = try_get(closed.local, "/nothing").await;
     assert!(

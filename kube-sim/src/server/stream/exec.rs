@@ -6,19 +6,17 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::{SinkExt as _, StreamExt as _};
-use http::{Request, Response, header};
+use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::watch;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
-use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 
-use super::{Error, header_values, spawn_session, switching, wants_websocket};
+use super::{Error, accept_websocket, spawn_session, websocket};
 use crate::server::{Body, Query};
 use crate::store::{self, ExecOutput, ExecRequest, ExecSession, PodStreams};
 
@@ -52,13 +50,7 @@ pub(super) async fn serve(
     }
     // Checked before the protocol, so that a client falling back to another protocol hears it too.
     crate::kubelet::logs::log_container(pod, q.get("container"))?;
-    let protocols = header_values(req.headers(), "sec-websocket-protocol");
-    let key = req.headers().get("sec-websocket-key").cloned();
-    let (true, true, Some(key)) = (
-        wants_websocket(req.headers()),
-        protocols.iter().any(|p| p == V5),
-        key,
-    ) else {
+    let Some(accepted) = accept_websocket(req.headers(), V5) else {
         return Err(store::Error::BadRequest(format!(
             "pods/exec is served over WebSocket with the {V5} subprotocol (kubectl 1.30 and later, \
              kube-rs with the `ws` feature); SPDY is not served"
@@ -77,18 +69,9 @@ pub(super) async fn serve(
     let session = streams.exec(pod, request).await?;
     let on_upgrade = hyper::upgrade::on(&mut req);
     spawn_session("exec", shutdown, async move {
-        let io = TokioIo::new(on_upgrade.await.map_err(Error::Upgrade)?);
-        let ws = WebSocketStream::from_raw_socket(io, Role::Server, None).await;
-        run(ws, session, wanted).await
+        run(websocket(on_upgrade).await?, session, wanted).await
     });
-    Ok(switching(&[
-        ("upgrade", "websocket".to_string()),
-        (
-            header::SEC_WEBSOCKET_ACCEPT.as_str(),
-            derive_accept_key(key.as_bytes()),
-        ),
-        (header::SEC_WEBSOCKET_PROTOCOL.as_str(), V5.to_string()),
-    ]))
+    Ok(accepted)
 }
 
 /// The output channels the client asked for (`stdout=true`, `stderr=true`).

@@ -5,19 +5,26 @@
 //!   and kube-rs's): binary messages whose first byte is the channel (0 stdin, 1 stdout, 2 stderr, 3 the
 //!   final `Status`, 4 terminal resizes, 255 a client closing one of its channels). The SPDY fallback is
 //!   refused with a `Status`.
-//! - `portforward` speaks SPDY/3.1 (`portforward.k8s.io`). kubectl first asks for a WebSocket tunnel of
-//!   SPDY frames; that request gets a plain error answer, so kubectl falls back to SPDY.
+//! - `portforward` speaks SPDY/3.1 (`portforward.k8s.io`), either over a plain SPDY upgrade or tunnelled
+//!   in WebSocket binary messages (subprotocol `SPDY/3.1+portforward.k8s.io`, kubectl's first choice
+//!   since 1.31).
 
 mod dictionary;
 mod exec;
 mod portforward;
 mod spdy;
+mod tunnel;
 
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
+use hyper::upgrade::{OnUpgrade, Upgraded};
+use hyper_util::rt::TokioIo;
 use tokio::sync::watch;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::Role;
 
 use super::{ApiPath, Body, Query, ServerState, full};
 use crate::resource::GroupResource;
@@ -35,6 +42,9 @@ pub enum Error {
     /// The SPDY connection failed.
     #[error("the SPDY connection failed")]
     Spdy(#[source] spdy::Error),
+    /// Copying between a tunnel and the session failed.
+    #[error("the tunnelled connection failed")]
+    Io(#[source] std::io::Error),
 }
 
 /// Serves `pods/exec` or `pods/portforward` of the pod at `p`.
@@ -105,4 +115,31 @@ fn switching(headers: &[(&'static str, String)]) -> Response<Body> {
         }
     }
     r
+}
+
+/// The `101` accepting a WebSocket upgrade with `protocol`, when the request asks for one and offers
+/// that subprotocol.
+fn accept_websocket(headers: &HeaderMap, protocol: &str) -> Option<Response<Body>> {
+    let offered = header_values(headers, header::SEC_WEBSOCKET_PROTOCOL.as_str());
+    if !wants_websocket(headers) || !offered.iter().any(|p| p == protocol) {
+        return None;
+    }
+    let key = headers.get(header::SEC_WEBSOCKET_KEY)?;
+    Some(switching(&[
+        ("upgrade", "websocket".to_string()),
+        (
+            header::SEC_WEBSOCKET_ACCEPT.as_str(),
+            derive_accept_key(key.as_bytes()),
+        ),
+        (
+            header::SEC_WEBSOCKET_PROTOCOL.as_str(),
+            protocol.to_string(),
+        ),
+    ]))
+}
+
+/// The server side of the WebSocket on a connection once it is handed over.
+async fn websocket(on_upgrade: OnUpgrade) -> Result<WebSocketStream<TokioIo<Upgraded>>, Error> {
+    let io = TokioIo::new(on_upgrade.await.map_err(Error::Upgrade)?);
+    Ok(WebSocketStream::from_raw_socket(io, Role::Server, None).await)
 }

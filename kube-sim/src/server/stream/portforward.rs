@@ -1,11 +1,12 @@
-//! `pods/portforward` over SPDY/3.1 (`portforward.k8s.io`), as the kubelet serves it: per forwarded
+//! `pods/portforward` over SPDY/3.1 (`portforward.k8s.io`), as the kubelet serves it, on the upgraded
+//! connection or tunnelled in WebSocket messages (see [`super::tunnel`]): per forwarded
 //! connection the client opens an `error` stream and a `data` stream carrying the same `port` and
 //! `requestid` headers. Once both are open the server dials the pod's port and copies bytes between the
 //! TCP connection and the data stream; a failed dial is written to the error stream. Both streams are
 //! closed when the pod closes its side.
 //!
 //! Flow control: every data frame received is granted back at once with a `WINDOW_UPDATE`; sending does
-//! not wait for windows, since kubectl's SPDY library neither grants nor checks them.
+//! not wait for windows, as with the kubelet: kubectl's SPDY library neither grants nor checks them.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,31 +24,43 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use super::spdy::{self, Decoder, Encoder, Frame, Headers};
-use super::{Error, header_values, spawn_session, switching, wants_websocket};
+use super::{
+    Error, accept_websocket, header_values, spawn_session, switching, tunnel, wants_websocket,
+    websocket,
+};
 use crate::meta;
 use crate::server::Body;
 use crate::store::{self, PodStreams};
 
 /// The one port-forward protocol served.
 const PROTOCOL: &str = "portforward.k8s.io";
+/// The WebSocket subprotocol of SPDY port forwarding tunnelled in WebSocket messages.
+const TUNNELED: &str = "SPDY/3.1+portforward.k8s.io";
 /// How long dialling the pod's port may take.
 const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest data frame sent.
 const CHUNK: usize = 32 * 1024;
 
-/// Answers the SPDY upgrade and serves the connection; a WebSocket request gets an error answer, which
-/// makes kubectl fall back to SPDY.
+/// Answers the upgrade, to SPDY tunnelled in WebSocket or to plain SPDY, and serves the connection.
 pub(super) fn serve(
     mut req: Request<Incoming>,
     pod: Value,
     streams: Arc<dyn PodStreams>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<Response<Body>, store::Error> {
+    let on_upgrade = hyper::upgrade::on(&mut req);
     let headers = req.headers();
     if wants_websocket(headers) {
-        return Err(store::Error::BadRequest(format!(
-            "pods/portforward is served over SPDY/3.1 ({PROTOCOL}), not over WebSocket"
-        )));
+        let Some(accepted) = accept_websocket(headers, TUNNELED) else {
+            return Err(store::Error::BadRequest(format!(
+                "pods/portforward over WebSocket is served with the {TUNNELED} subprotocol only"
+            )));
+        };
+        spawn_session("port-forward", shutdown, async move {
+            let ws = websocket(on_upgrade).await?;
+            tunnel::run(ws, |io| Session::new(pod, streams).run(io)).await
+        });
+        return Ok(accepted);
     }
     let spdy = header_values(headers, "upgrade")
         .iter()
@@ -57,10 +70,10 @@ pub(super) fn serve(
         .any(|v| v == PROTOCOL);
     if !spdy || !protocol {
         return Err(store::Error::BadRequest(format!(
-            "pods/portforward needs an upgrade to SPDY/3.1 with X-Stream-Protocol-Version: {PROTOCOL}"
+            "pods/portforward needs an upgrade to SPDY/3.1 with X-Stream-Protocol-Version: {PROTOCOL}, \
+             or to WebSocket with the {TUNNELED} subprotocol"
         )));
     }
-    let on_upgrade = hyper::upgrade::on(&mut req);
     spawn_session("port-forward", shutdown, async move {
         let io = TokioIo::new(on_upgrade.await.map_err(Error::Upgrade)?);
         Session::new(pod, streams).run(io).await
