@@ -66,7 +66,7 @@ pub use options::{
     PatchOptions, PodLogs, StoreConfig, WriteOptions,
 };
 pub use patch::Patched;
-pub use streams::{ExecOutput, ExecRequest, ExecSession, PodStreams};
+pub use streams::{ExecOutput, ExecRequest, ExecSession, PodStreams, Resize};
 pub use update::Endpoint;
 
 type Key = (String, String);

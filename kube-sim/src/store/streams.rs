@@ -44,7 +44,12 @@ pub struct ExecSession {
     pub output: Pin<Box<dyn Stream<Item = ExecOutput> + Send>>,
     /// The exit code, asked for after the output ended; `None` when the runtime cannot tell.
     pub exit_code: Box<dyn FnOnce() -> BoxFuture<'static, Option<i64>> + Send>,
+    /// Resizes the command's terminal to `(width, height)`; `None` without a terminal.
+    pub resize: Option<Resize>,
 }
+
+/// Resizes a command's terminal to `(width, height)` in characters.
+pub type Resize = Box<dyn Fn(u16, u16) -> BoxFuture<'static, ()> + Send + Sync>;
 
 /// A chunk of a command's output.
 #[derive(Clone, Debug, PartialEq)]

@@ -37,7 +37,7 @@ const TEST_LABEL: &str = "kube-sim-it";
 /// 1 MiB, other paths answer `ok <path>`. It prints its environment and whether the API server's address
 /// answers; with the argument `crash` it exits 1, with `check` it exits 0 at once (for exec probes). For
 /// `kubectl exec`: `echo <words>` prints the words, `fail <code>` says so on stderr and exits with the
-/// code, `cat` copies stdin to stdout.
+/// code, `cat` copies stdin to stdout, `size <cols>` waits for a terminal that wide and prints its size.
 const APP: &str = r#"
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -59,6 +59,24 @@ fn main() {
         "fail" => {
             eprintln!("failing with {}", rest.join(" "));
             std::process::exit(rest.first().and_then(|c| c.parse().ok()).unwrap_or(1));
+        }
+        "size" => {
+            // Waits for the terminal to be resized to the given width, then prints `rows cols`.
+            #[repr(C)]
+            #[derive(Default)]
+            struct Winsize { rows: u16, cols: u16, x: u16, y: u16 }
+            extern "C" { fn ioctl(fd: i32, request: u64, ...) -> i32; }
+            let want: u16 = rest.first().and_then(|w| w.parse().ok()).unwrap_or(0);
+            let mut size = Winsize::default();
+            for _ in 0..200 {
+                unsafe { ioctl(1, 0x5413, &mut size as *mut Winsize) };
+                if size.cols == want {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            println!("{} {}", size.rows, size.cols);
+            std::process::exit(0);
         }
         "cat" => {
             let mut input = Vec::new();

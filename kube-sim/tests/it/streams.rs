@@ -6,6 +6,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use futures::SinkExt as _;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use kube_sim::{GroupResource, Sim};
 use serde_json::json;
@@ -263,8 +264,8 @@ async fn kubectl_exec_runs_commands_in_the_container_with_their_output_stdin_and
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kube_rs_exec_streams_stdin_and_stdout_and_reports_the_exit_status() {
-    use kube::api::AttachParams;
+async fn kube_rs_exec_streams_stdin_stdout_and_terminal_sizes_and_reports_the_exit_status() {
+    use kube::api::{AttachParams, TerminalSize};
 
     let fx = Fixture::start().await;
     let sim = fx.sim().await;
@@ -298,6 +299,37 @@ async fn kube_rs_exec_streams_stdin_and_stdout_and_reports_the_exit_status() {
         .expect("the kube-rs exec finishes within the deadline");
     assert_eq!(output, "from kube-rs\n");
     assert_eq!(status.and_then(|s| s.status).as_deref(), Some("Success"));
+
+    // A terminal, resized by the client.
+    let sized = async {
+        let mut size = pods
+            .exec(
+                "web",
+                ["/app", "size", "123"],
+                &AttachParams::interactive_tty(),
+            )
+            .await
+            .expect("exec starts");
+        let mut resize = size.terminal_size().expect("a terminal");
+        resize
+            .send(TerminalSize {
+                width: 123,
+                height: 45,
+            })
+            .await
+            .expect("the size is sent");
+        let mut output = String::new();
+        let mut stdout = size.stdout().expect("stdout");
+        stdout
+            .read_to_string(&mut output)
+            .await
+            .expect("stdout is read");
+        output
+    };
+    let output = tokio::time::timeout(STEP, sized)
+        .await
+        .expect("the terminal exec finishes within the deadline");
+    assert_eq!(output.trim(), "45 123");
 
     let failing = async {
         let mut fail = pods

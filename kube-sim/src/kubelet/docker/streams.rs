@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, StartExecResults};
 use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use serde_json::Value;
@@ -14,7 +14,7 @@ use serde_json::Value;
 use super::{DockerRuntime, engine_message};
 use crate::lock::MutexExt as _;
 use crate::meta;
-use crate::store::{self, ExecOutput, ExecRequest, ExecSession, PodStreams};
+use crate::store::{self, ExecOutput, ExecRequest, ExecSession, PodStreams, Resize};
 
 /// How long the engine may take to report an exec's exit code after its output ended.
 const EXIT_CODE_DEADLINE: Duration = Duration::from_secs(10);
@@ -177,10 +177,25 @@ async fn start_exec(
             })
         });
     let exec_id = created.id;
+    let resize = request.tty.then(|| resize(docker.clone(), exec_id.clone()));
     Ok(ExecSession {
         stdin: request.stdin.then_some(input),
         output: Box::pin(output),
         exit_code: Box::new(move || Box::pin(exit_code(docker, exec_id))),
+        resize,
+    })
+}
+
+/// Resizes the terminal of an exec through the engine.
+fn resize(docker: Docker, exec_id: String) -> Resize {
+    Box::new(move |width, height| {
+        let (docker, exec_id) = (docker.clone(), exec_id.clone());
+        Box::pin(async move {
+            let size = ResizeExecOptions { height, width };
+            if let Err(e) = docker.resize_exec(&exec_id, size).await {
+                tracing::debug!(exec = %exec_id, error = %e, "resizing an exec's terminal failed");
+            }
+        })
     })
 }
 

@@ -18,7 +18,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use super::{Error, accept_websocket, spawn_session, websocket};
 use crate::server::{Body, Query};
-use crate::store::{self, ExecOutput, ExecRequest, ExecSession, PodStreams};
+use crate::store::{self, ExecOutput, ExecRequest, ExecSession, PodStreams, Resize};
 
 /// The one exec subprotocol served.
 const V5: &str = "v5.channel.k8s.io";
@@ -27,6 +27,7 @@ const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
 const STDERR: u8 = 2;
 const STATUS: u8 = 3;
+const RESIZE: u8 = 4;
 /// A client message on this channel closes the channel named by its second byte.
 const CLOSE: u8 = 255;
 
@@ -120,6 +121,7 @@ where
         stdin,
         mut output,
         exit_code,
+        resize,
     } = session;
     let outputs = async {
         while let Some(chunk) = output.next().await {
@@ -145,14 +147,17 @@ where
     };
     tokio::select! {
         r = outputs => r,
-        () = feed_stdin(incoming, stdin) => Ok(()),
+        () = feed_input(incoming, stdin, resize) => Ok(()),
     }
 }
 
-/// Copies channel 0 into the command's stdin until the client closes it; returns when the client's side
-/// of the connection ends, which ends the session.
-async fn feed_stdin<St>(mut incoming: St, mut stdin: Option<Pin<Box<dyn AsyncWrite + Send>>>)
-where
+/// Copies channel 0 into the command's stdin until the client closes it and applies the terminal sizes
+/// of channel 4; returns when the client's side of the connection ends, which ends the session.
+async fn feed_input<St>(
+    mut incoming: St,
+    mut stdin: Option<Pin<Box<dyn AsyncWrite + Send>>>,
+    resize: Option<Resize>,
+) where
     St: futures::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>> + Unpin,
 {
     while let Some(Ok(message)) = incoming.next().await {
@@ -170,15 +175,27 @@ where
                     }
                 }
             }
+            (Some(RESIZE), _) => {
+                if let (Some(resize), Some((width, height))) = (&resize, terminal_size(&data[1..]))
+                {
+                    resize(width, height).await;
+                }
+            }
             (Some(CLOSE), Some(STDIN)) => {
                 if let Some(mut w) = stdin.take() {
                     let _ = w.shutdown().await;
                 }
             }
-            // Terminal resizes and unknown channels.
             _ => {}
         }
     }
+}
+
+/// `(width, height)` of a channel-4 message, `{"Width": …, "Height": …}`.
+fn terminal_size(json: &[u8]) -> Option<(u16, u16)> {
+    let v: Value = serde_json::from_slice(json).ok()?;
+    let dimension = |key: &str| v[key].as_u64().and_then(|n| u16::try_from(n).ok());
+    Some((dimension("Width")?, dimension("Height")?))
 }
 
 #[cfg(test)]
@@ -195,6 +212,15 @@ mod tests {
             json!({"reason": "ExitCode", "message": "3"})
         );
         assert_eq!(exit_status(None)["reason"], "InternalError");
+    }
+
+    #[test]
+    fn terminal_sizes_are_read_from_the_resize_channel() {
+        assert_eq!(
+            terminal_size(br#"{"Width":120,"Height":40}"#),
+            Some((120, 40))
+        );
+        assert_eq!(terminal_size(b"{}"), None);
     }
 
     #[test]
