@@ -193,12 +193,14 @@ async fn kubectl_port_forward_reaches_the_pods_port_tunnelled_or_not_and_reports
     sim.shutdown().await;
 }
 
-/// Runs `kubectl exec` with `stdin` as its input.
-async fn kubectl_exec(sim: &Sim, args: &[&str], stdin: &[u8]) -> Output {
+/// Runs `kubectl exec` with `stdin` as its input, over WebSocket unless `websockets` is false (then
+/// over SPDY).
+async fn kubectl_exec_over(sim: &Sim, args: &[&str], stdin: &[u8], websockets: bool) -> Output {
     let mut child = Command::new(KUBECTL)
         .arg("exec")
         .args(args)
         .env("KUBECONFIG", sim.kubeconfig_path())
+        .env("KUBECTL_REMOTE_COMMAND_WEBSOCKETS", websockets.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -219,8 +221,14 @@ async fn kubectl_exec(sim: &Sim, args: &[&str], stdin: &[u8]) -> Output {
         .expect("kubectl's output")
 }
 
+/// Runs `kubectl exec` over WebSocket with `stdin` as its input.
+async fn kubectl_exec(sim: &Sim, args: &[&str], stdin: &[u8]) -> Output {
+    kubectl_exec_over(sim, args, stdin, true).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_exec_runs_commands_in_the_container_with_their_output_stdin_and_exit_code() {
+async fn kubectl_exec_runs_commands_in_the_container_with_their_output_stdin_and_exit_code_over_websocket_and_spdy()
+ {
     let fx = Fixture::start().await;
     let sim = fx.sim().await;
     serving_pod(&fx, &sim, "web").await;
@@ -239,6 +247,23 @@ async fn kubectl_exec_runs_commands_in_the_container_with_their_output_stdin_and
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "piped\ninput\n");
+
+    // The same over SPDY, as kubectl before 1.30 speaks it.
+    let over_spdy = |args: &'static [&'static str], stdin: &'static [u8]| {
+        kubectl_exec_over(&sim, args, stdin, false)
+    };
+    let out = over_spdy(&["web", "--", "/app", "echo", "over", "spdy"], b"").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "over spdy\n");
+    let out = over_spdy(&["web", "--", "/app", "fail", "5"], b"").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    assert!(stderr.contains("failing with 5"), "{stderr}");
+    let out = over_spdy(&["-i", "web", "--", "/app", "cat"], b"spdy\nstdin\n").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "spdy\nstdin\n");
 
     // A command the image does not have: the runtime's error and its exit code, not a hang.
     let out = kubectl_exec(&sim, &["web", "--", "/no-such-binary"], b"").await;

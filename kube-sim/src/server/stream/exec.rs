@@ -1,4 +1,4 @@
-//! `pods/exec` over WebSocket, subprotocol `v5.channel.k8s.io`: the command starts before the upgrade
+//! `pods/exec` over WebSocket, subprotocol `v5.channel.k8s.io` (SPDY in [`super::exec_spdy`]): the command starts before the upgrade
 //! (so its errors come back as a `Status`), then its output flows to the client on channels 1 and 2,
 //! stdin from channel 0 reaches it, and channel 3 carries the final `Status` with the exit code.
 
@@ -8,6 +8,7 @@ use std::sync::Arc;
 use futures::{SinkExt as _, StreamExt as _};
 use http::{Request, Response};
 use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::watch;
@@ -16,7 +17,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
-use super::{Error, accept_websocket, spawn_session, websocket};
+use super::{Error, accept_spdy, accept_websocket, exec_spdy, spawn_session, websocket};
 use crate::server::{Body, Query};
 use crate::store::{self, ExecOutput, ExecRequest, ExecSession, PodStreams, Resize};
 
@@ -51,12 +52,6 @@ pub(super) async fn serve(
     }
     // Checked before the protocol, so that a client falling back to another protocol hears it too.
     crate::kubelet::logs::log_container(pod, q.get("container"))?;
-    let Some(accepted) = accept_websocket(req.headers(), V5) else {
-        return Err(store::Error::BadRequest(format!(
-            "pods/exec is served over WebSocket with the {V5} subprotocol (kubectl 1.30 and later, \
-             kube-rs with the `ws` feature); SPDY is not served"
-        )));
-    };
     let request = ExecRequest {
         container: q.get("container").map(str::to_string),
         command,
@@ -67,19 +62,33 @@ pub(super) async fn serve(
         stdout: q.flag("stdout"),
         stderr: q.flag("stderr"),
     };
-    let session = streams.exec(pod, request).await?;
     let on_upgrade = hyper::upgrade::on(&mut req);
+    if let Some(accepted) = accept_websocket(req.headers(), V5) {
+        let session = streams.exec(pod, request).await?;
+        spawn_session("exec", shutdown, async move {
+            run(websocket(on_upgrade).await?, session, wanted).await
+        });
+        return Ok(accepted);
+    }
+    let Some(accepted) = accept_spdy(req.headers(), exec_spdy::V4) else {
+        return Err(store::Error::BadRequest(format!(
+            "pods/exec is served over WebSocket with the {V5} subprotocol, or over SPDY/3.1 with {}",
+            exec_spdy::V4
+        )));
+    };
+    let session = streams.exec(pod, request).await?;
     spawn_session("exec", shutdown, async move {
-        run(websocket(on_upgrade).await?, session, wanted).await
+        let io = TokioIo::new(on_upgrade.await.map_err(Error::Upgrade)?);
+        exec_spdy::run(io, session, wanted).await
     });
     Ok(accepted)
 }
 
 /// The output channels the client asked for (`stdout=true`, `stderr=true`).
 #[derive(Clone, Copy)]
-struct Wanted {
-    stdout: bool,
-    stderr: bool,
+pub(super) struct Wanted {
+    pub(super) stdout: bool,
+    pub(super) stderr: bool,
 }
 
 /// A message on `channel`.
@@ -91,7 +100,7 @@ fn on_channel(channel: u8, data: &[u8]) -> Message {
 }
 
 /// The final `Status` of a command, as the kubelet reports it.
-fn exit_status(code: Option<i64>) -> Value {
+pub(super) fn exit_status(code: Option<i64>) -> Value {
     match code {
         Some(0) => json!({"metadata": {}, "status": "Success"}),
         Some(code) => json!({
@@ -192,7 +201,7 @@ async fn feed_input<St>(
 }
 
 /// `(width, height)` of a channel-4 message, `{"Width": …, "Height": …}`.
-fn terminal_size(json: &[u8]) -> Option<(u16, u16)> {
+pub(super) fn terminal_size(json: &[u8]) -> Option<(u16, u16)> {
     let v: Value = serde_json::from_slice(json).ok()?;
     let dimension = |key: &str| v[key].as_u64().and_then(|n| u16::try_from(n).ok());
     Some((dimension("Width")?, dimension("Height")?))

@@ -3,14 +3,15 @@
 //!
 //! - `exec` speaks WebSocket with the `v5.channel.k8s.io` subprotocol (kubectl's first choice since 1.30,
 //!   and kube-rs's): binary messages whose first byte is the channel (0 stdin, 1 stdout, 2 stderr, 3 the
-//!   final `Status`, 4 terminal resizes, 255 a client closing one of its channels). The SPDY fallback is
-//!   refused with a `Status`.
+//!   final `Status`, 4 terminal resizes, 255 a client closing one of its channels), or SPDY/3.1 with
+//!   `v4.channel.k8s.io` for older clients (one SPDY stream per channel).
 //! - `portforward` speaks SPDY/3.1 (`portforward.k8s.io`), either over a plain SPDY upgrade or tunnelled
 //!   in WebSocket binary messages (subprotocol `SPDY/3.1+portforward.k8s.io`, kubectl's first choice
 //!   since 1.31).
 
 mod dictionary;
 mod exec;
+mod exec_spdy;
 mod portforward;
 mod spdy;
 mod tunnel;
@@ -142,4 +143,19 @@ fn accept_websocket(headers: &HeaderMap, protocol: &str) -> Option<Response<Body
 async fn websocket(on_upgrade: OnUpgrade) -> Result<WebSocketStream<TokioIo<Upgraded>>, Error> {
     let io = TokioIo::new(on_upgrade.await.map_err(Error::Upgrade)?);
     Ok(WebSocketStream::from_raw_socket(io, Role::Server, None).await)
+}
+
+/// The `101` accepting an upgrade to SPDY/3.1 with `protocol`, when the request asks for one and offers
+/// that protocol in `X-Stream-Protocol-Version`.
+fn accept_spdy(headers: &HeaderMap, protocol: &str) -> Option<Response<Body>> {
+    let spdy = header_values(headers, header::UPGRADE.as_str())
+        .iter()
+        .any(|v| v.eq_ignore_ascii_case("SPDY/3.1"));
+    let offered = header_values(headers, "x-stream-protocol-version");
+    (spdy && offered.iter().any(|v| v == protocol)).then(|| {
+        switching(&[
+            ("upgrade", "SPDY/3.1".to_string()),
+            ("x-stream-protocol-version", protocol.to_string()),
+        ])
+    })
 }

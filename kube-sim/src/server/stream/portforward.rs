@@ -23,10 +23,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use super::spdy::{self, Decoder, Encoder, Frame, Headers};
+use super::spdy::{self, Decoder, Frame, Headers};
 use super::{
-    Error, accept_websocket, header_values, spawn_session, switching, tunnel, wants_websocket,
-    websocket,
+    Error, accept_spdy, accept_websocket, spawn_session, tunnel, wants_websocket, websocket,
 };
 use crate::meta;
 use crate::server::Body;
@@ -62,26 +61,17 @@ pub(super) fn serve(
         });
         return Ok(accepted);
     }
-    let spdy = header_values(headers, "upgrade")
-        .iter()
-        .any(|v| v.eq_ignore_ascii_case("SPDY/3.1"));
-    let protocol = header_values(headers, "x-stream-protocol-version")
-        .iter()
-        .any(|v| v == PROTOCOL);
-    if !spdy || !protocol {
+    let Some(accepted) = accept_spdy(headers, PROTOCOL) else {
         return Err(store::Error::BadRequest(format!(
             "pods/portforward needs an upgrade to SPDY/3.1 with X-Stream-Protocol-Version: {PROTOCOL}, \
              or to WebSocket with the {TUNNELED} subprotocol"
         )));
-    }
+    };
     spawn_session("port-forward", shutdown, async move {
         let io = TokioIo::new(on_upgrade.await.map_err(Error::Upgrade)?);
         Session::new(pod, streams).run(io).await
     });
-    Ok(switching(&[
-        ("upgrade", "SPDY/3.1".to_string()),
-        ("x-stream-protocol-version", PROTOCOL.to_string()),
-    ]))
+    Ok(accepted)
 }
 
 /// The streams of one forwarded connection, as they open.
@@ -121,7 +111,7 @@ impl Session {
     {
         let (mut reader, writer) = tokio::io::split(io);
         let (out, frames) = mpsc::channel::<Frame>(64);
-        let writing = tokio::spawn(write_frames(writer, frames));
+        let writing = tokio::spawn(spdy::write_frames(writer, frames));
         let mut decoder = Decoder::default();
         let result = loop {
             match decoder.read(&mut reader).await {
@@ -233,24 +223,6 @@ impl Session {
         self.forwards.spawn(forward.run(rx));
         Ok(())
     }
-}
-
-/// Encodes frames from the session and its forwards onto the connection, in order.
-async fn write_frames<W: AsyncWrite + Unpin>(mut w: W, mut frames: mpsc::Receiver<Frame>) {
-    let mut encoder = Encoder::default();
-    while let Some(frame) = frames.recv().await {
-        let bytes = match encoder.encode(&frame) {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::debug!(error = %e, "encoding a SPDY frame failed");
-                break;
-            }
-        };
-        if w.write_all(&bytes).await.is_err() || w.flush().await.is_err() {
-            break;
-        }
-    }
-    let _ = w.shutdown().await;
 }
 
 /// One forwarded connection: the pod's address and the two streams.

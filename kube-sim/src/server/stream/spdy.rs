@@ -4,7 +4,8 @@
 
 use bytes::Bytes;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress};
-use tokio::io::{AsyncRead, AsyncReadExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::sync::mpsc;
 
 use super::dictionary::DICTIONARY;
 
@@ -365,6 +366,25 @@ impl Encoder {
             out.reserve(out.capacity().max(64));
         }
     }
+}
+
+/// Encodes the frames a session sends onto the connection, in order, until the senders are gone or the
+/// connection fails; then shuts the connection's writing side.
+pub async fn write_frames<W: AsyncWrite + Unpin>(mut w: W, mut frames: mpsc::Receiver<Frame>) {
+    let mut encoder = Encoder::default();
+    while let Some(frame) = frames.recv().await {
+        let bytes = match encoder.encode(&frame) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::debug!(error = %e, "encoding a SPDY frame failed");
+                break;
+            }
+        };
+        if w.write_all(&bytes).await.is_err() || w.flush().await.is_err() {
+            break;
+        }
+    }
+    let _ = w.shutdown().await;
 }
 
 fn fin_flag(fin: bool) -> u8 {
