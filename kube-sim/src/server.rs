@@ -395,7 +395,9 @@ async fn resource_request(
         Some("status") if info.status_subresource => {}
         Some("scale") if info.scale_subresource => {}
         Some("log") if info.log_subresource => {}
-        Some(sub @ ("exec" | "portforward")) if gr == GroupResource::pods() && p.name.is_some() => {
+        Some(sub @ ("exec" | "attach" | "portforward"))
+            if gr == GroupResource::pods() && p.name.is_some() =>
+        {
             return match state.store.pod_streams() {
                 Some(streams) => stream::serve(state, req, &p, streams).await,
                 None => Err(not_served(&gr, sub)),
@@ -463,8 +465,8 @@ fn not_served(gr: &GroupResource, subresource: &str) -> Error {
              run kube-sim with the Docker kubelet (`--kubelet docker`) to exec into pods"
         }
         ("", "pods", "attach") => {
-            "kube-sim does not attach to running containers: read their output with `kubectl logs -f`, \
-             or run commands with `kubectl exec` (Docker kubelet)"
+            "the virtual kubelet runs no containers, so kube-sim does not attach to containers: run \
+             kube-sim with the Docker kubelet (`--kubelet docker`) to attach"
         }
         ("", "pods", "portforward") => {
             "the virtual kubelet runs no containers, so kube-sim does not forward or proxy connections to \

@@ -1,4 +1,5 @@
-//! The streaming side of a kubelet with real containers, behind `pods/exec` and `pods/portforward`.
+//! The streaming side of a kubelet with real containers, behind `pods/exec`, `pods/attach` and
+//! `pods/portforward`.
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -21,6 +22,11 @@ pub trait PodStreams: Send + Sync {
     /// Starts `request` in a container of `pod`; the error is the kubelet's answer before any stream
     /// opens (an unknown container, a container that does not run, an engine failure).
     fn exec(&self, pod: &Value, request: ExecRequest) -> BoxFuture<'static, Result<ExecSession>>;
+
+    /// Attaches to the main process of a container of `pod` (`request.command` is empty): its output
+    /// from now on and, when asked, its stdin. The session's exit code is 0 once the output ends, as a
+    /// kubelet reports a finished attach.
+    fn attach(&self, pod: &Value, request: ExecRequest) -> BoxFuture<'static, Result<ExecSession>>;
 }
 
 /// A command to run in a pod's container, as `pods/exec` asks for it.

@@ -37,7 +37,8 @@ const TEST_LABEL: &str = "kube-sim-it";
 /// 1 MiB, other paths answer `ok <path>`. It prints its environment and whether the API server's address
 /// answers; with the argument `crash` it exits 1, with `check` it exits 0 at once (for exec probes). For
 /// `kubectl exec`: `echo <words>` prints the words, `fail <code>` says so on stderr and exits with the
-/// code, `cat` copies stdin to stdout, `size <cols>` waits for a terminal that wide and prints its size.
+/// code, `cat` copies stdin to stdout, `size <cols>` waits for a terminal that wide and prints its size; `tick` prints a line every 200 ms (for
+/// `kubectl attach`).
 const APP: &str = r#"
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -59,6 +60,12 @@ fn main() {
         "fail" => {
             eprintln!("failing with {}", rest.join(" "));
             std::process::exit(rest.first().and_then(|c| c.parse().ok()).unwrap_or(1));
+        }
+        "tick" => {
+            for n in 0.. {
+                println!("tick {n}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
         }
         "size" => {
             // Waits for the terminal to be resized to the given width, then prints `rows cols`.

@@ -286,6 +286,10 @@ async fn kubectl_describe_shows_what_the_scheduler_and_the_kubelet_did() {
             "the virtual kubelet runs no containers, so kube-sim does not run commands in containers",
         ),
         (
+            vec!["attach", "solo"],
+            "the virtual kubelet runs no containers, so kube-sim does not attach to containers",
+        ),
+        (
             vec!["port-forward", "pod/solo", "0:80"],
             "the virtual kubelet runs no containers, so kube-sim does not forward or proxy",
         ),

@@ -376,3 +376,44 @@ async fn kube_rs_exec_streams_stdin_stdout_and_terminal_sizes_and_reports_the_ex
     );
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_attach_streams_the_output_of_the_containers_main_process() {
+    let fx = Fixture::start().await;
+    let sim = fx.sim().await;
+    let mut pods = watch(&sim.store().clone(), &GroupResource::pods(), None);
+    create_pod(
+        &sim,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ticker", "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": fx.image("demo/app"), "args": ["tick"]}]}}),
+    )
+    .await;
+    until(&mut pods, DEADLINE, "the ticker is ready", |e| {
+        applied(e).filter(|p| ready(p)).map(|_| ())
+    })
+    .await;
+    let mut child = Command::new(KUBECTL)
+        .args(["attach", "ticker"])
+        .env("KUBECONFIG", sim.kubeconfig_path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl runs");
+    let stdout = child.stdout.take().expect("kubectl's stdout");
+    let line = tokio::time::timeout(
+        STEP,
+        tokio::task::spawn_blocking(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            line
+        }),
+    )
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let line = line
+        .expect("kubectl attach prints within the deadline")
+        .expect("the reading task does not panic");
+    assert!(line.starts_with("tick "), "{line:?}");
+    sim.shutdown().await;
+}

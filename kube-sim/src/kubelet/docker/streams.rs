@@ -1,14 +1,17 @@
-//! `pods/exec` and `pods/portforward` on the engine: commands run through the engine's exec in the pod's
-//! container, and forwarded ports are dialled at the container's address on the pod network.
+//! `pods/exec`, `pods/attach` and `pods/portforward` on the engine: commands run through the engine's
+//! exec in the pod's container, attaching goes through the engine's attach, and forwarded ports are
+//! dialled at the container's address on the pod network.
 
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::time::Duration;
 
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, StartExecResults};
-use futures::StreamExt as _;
+use bollard::query_parameters::{AttachContainerOptions, ResizeContainerTTYOptions};
 use futures::future::BoxFuture;
+use futures::{Stream, StreamExt as _};
 use serde_json::Value;
 
 use super::{DockerRuntime, engine_message};
@@ -111,6 +114,43 @@ impl PodStreams for DockerStreams {
         }))
     }
 
+    fn attach(
+        &self,
+        pod: &Value,
+        request: ExecRequest,
+    ) -> BoxFuture<'static, store::Result<ExecSession>> {
+        let target = check_phase(pod)
+            .and_then(|()| crate::kubelet::logs::log_container(pod, request.container.as_deref()))
+            .and_then(|c| self.running(pod, c));
+        let docker = self.docker.clone();
+        Box::pin(async move {
+            let (id, _) = target?;
+            let options = AttachContainerOptions {
+                stream: true,
+                stdin: request.stdin,
+                stdout: true,
+                stderr: true,
+                ..AttachContainerOptions::default()
+            };
+            let attached = docker
+                .attach_container(&id, Some(options))
+                .await
+                .map_err(|e| {
+                    store::Error::BadRequest(format!(
+                        "attaching to the container failed: {}",
+                        engine_message(&e)
+                    ))
+                })?;
+            let resize = request.tty.then(|| resize_container(docker.clone(), id));
+            Ok(ExecSession {
+                stdin: request.stdin.then_some(attached.input),
+                output: output_of(attached.output),
+                exit_code: Box::new(|| Box::pin(async { Some(0) })),
+                resize,
+            })
+        })
+    }
+
     fn exec(
         &self,
         pod: &Value,
@@ -165,6 +205,20 @@ async fn start_exec(
             "the engine started the exec detached".to_string(),
         ));
     };
+    let exec_id = created.id;
+    let resize = request.tty.then(|| resize(docker.clone(), exec_id.clone()));
+    Ok(ExecSession {
+        stdin: request.stdin.then_some(input),
+        output: output_of(output),
+        exit_code: Box::new(move || Box::pin(exit_code(docker, exec_id))),
+        resize,
+    })
+}
+
+/// The engine's multiplexed output as a command's output, until it ends or fails.
+fn output_of(
+    output: Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>,
+) -> Pin<Box<dyn Stream<Item = ExecOutput> + Send>> {
     let output = output
         .take_while(|r| std::future::ready(r.is_ok()))
         .filter_map(|r| {
@@ -176,13 +230,22 @@ async fn start_exec(
                 _ => None,
             })
         });
-    let exec_id = created.id;
-    let resize = request.tty.then(|| resize(docker.clone(), exec_id.clone()));
-    Ok(ExecSession {
-        stdin: request.stdin.then_some(input),
-        output: Box::pin(output),
-        exit_code: Box::new(move || Box::pin(exit_code(docker, exec_id))),
-        resize,
+    Box::pin(output)
+}
+
+/// Resizes the terminal of a container's main process through the engine.
+fn resize_container(docker: Docker, id: String) -> Resize {
+    Box::new(move |width, height| {
+        let (docker, id) = (docker.clone(), id.clone());
+        Box::pin(async move {
+            let size = ResizeContainerTTYOptions {
+                h: i32::from(height),
+                w: i32::from(width),
+            };
+            if let Err(e) = docker.resize_container_tty(&id, size).await {
+                tracing::debug!(container = %id, error = %e, "resizing a container's terminal failed");
+            }
+        })
     })
 }
 

@@ -32,20 +32,30 @@ const RESIZE: u8 = 4;
 /// A client message on this channel closes the channel named by its second byte.
 const CLOSE: u8 = 255;
 
-/// Starts the command and answers the upgrade, or a `Status` when either cannot be done.
+/// What a session runs: a new command, or the container's main process.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Kind {
+    /// `pods/exec`.
+    Exec,
+    /// `pods/attach`.
+    Attach,
+}
+
+/// Starts the command (or attaches) and answers the upgrade, or a `Status` when either cannot be done.
 pub(super) async fn serve(
     mut req: Request<Incoming>,
     q: &Query,
     pod: &Value,
     streams: Arc<dyn PodStreams>,
     shutdown: watch::Receiver<bool>,
+    kind: Kind,
 ) -> Result<Response<Body>, store::Error> {
     let command: Vec<String> =
         q.0.iter()
             .filter(|(k, _)| k == "command")
             .map(|(_, v)| v.clone())
             .collect();
-    if command.is_empty() {
+    if command.is_empty() && kind == Kind::Exec {
         return Err(store::Error::BadRequest(
             "you must specify at least 1 command".to_string(),
         ));
@@ -62,9 +72,13 @@ pub(super) async fn serve(
         stdout: q.flag("stdout"),
         stderr: q.flag("stderr"),
     };
+    let start = || match kind {
+        Kind::Exec => streams.exec(pod, request.clone()),
+        Kind::Attach => streams.attach(pod, request.clone()),
+    };
     let on_upgrade = hyper::upgrade::on(&mut req);
     if let Some(accepted) = accept_websocket(req.headers(), V5) {
-        let session = streams.exec(pod, request).await?;
+        let session = start().await?;
         spawn_session("exec", shutdown, async move {
             run(websocket(on_upgrade).await?, session, wanted).await
         });
@@ -76,7 +90,7 @@ pub(super) async fn serve(
             exec_spdy::V4
         )));
     };
-    let session = streams.exec(pod, request).await?;
+    let session = start().await?;
     spawn_session("exec", shutdown, async move {
         let io = TokioIo::new(on_upgrade.await.map_err(Error::Upgrade)?);
         exec_spdy::run(io, session, wanted).await

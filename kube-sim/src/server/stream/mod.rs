@@ -1,4 +1,5 @@
-//! `pods/exec` and `pods/portforward`: the connection upgrades clients ask for, served through the
+//! `pods/exec`, `pods/attach` and `pods/portforward`: the connection upgrades clients ask for, served
+//! through the
 //! [`PodStreams`] a kubelet with real containers installed.
 //!
 //! - `exec` speaks WebSocket with the `v5.channel.k8s.io` subprotocol (kubectl's first choice since 1.30,
@@ -48,7 +49,7 @@ pub enum Error {
     Io(#[source] std::io::Error),
 }
 
-/// Serves `pods/exec` or `pods/portforward` of the pod at `p`.
+/// Serves `pods/exec`, `pods/attach` or `pods/portforward` of the pod at `p`.
 pub(super) async fn serve(
     state: &ServerState,
     req: Request<Incoming>,
@@ -63,7 +64,8 @@ pub(super) async fn serve(
     let q = Query::parse(req.uri().query());
     let shutdown = state.shutdown.clone();
     match p.subresource.as_deref() {
-        Some("exec") => exec::serve(req, &q, &pod, streams, shutdown).await,
+        Some("exec") => exec::serve(req, &q, &pod, streams, shutdown, exec::Kind::Exec).await,
+        Some("attach") => exec::serve(req, &q, &pod, streams, shutdown, exec::Kind::Attach).await,
         _ => portforward::serve(req, pod, streams, shutdown),
     }
 }
