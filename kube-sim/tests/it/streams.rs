@@ -378,7 +378,7 @@ async fn kube_rs_exec_streams_stdin_stdout_and_terminal_sizes_and_reports_the_ex
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_attach_streams_the_output_of_the_containers_main_process() {
+async fn kubectl_attach_streams_the_main_process_output_and_feeds_its_stdin() {
     let fx = Fixture::start().await;
     let sim = fx.sim().await;
     let mut pods = watch(&sim.store().clone(), &GroupResource::pods(), None);
@@ -415,5 +415,48 @@ async fn kubectl_attach_streams_the_output_of_the_containers_main_process() {
         .expect("kubectl attach prints within the deadline")
         .expect("the reading task does not panic");
     assert!(line.starts_with("tick "), "{line:?}");
+
+    // With `stdin` and `stdinOnce`, the attached client's stdin reaches the main process and its end
+    // closes it.
+    create_pod(
+        &sim,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "reader", "namespace": "default"},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "app", "image": fx.image("demo/app"),
+                "args": ["cat"], "stdin": true, "stdinOnce": true}]}}),
+    )
+    .await;
+    until(&mut pods, DEADLINE, "the reader runs", |e| {
+        applied(e)
+            .filter(|p| p["metadata"]["name"] == "reader" && ready(p))
+            .map(|_| ())
+    })
+    .await;
+    let mut child = Command::new(KUBECTL)
+        .args(["attach", "-i", "reader"])
+        .env("KUBECONFIG", sim.kubeconfig_path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    let mut input = child.stdin.take().expect("kubectl's stdin");
+    let run = tokio::task::spawn_blocking(move || {
+        input
+            .write_all(b"attached input\n")
+            .expect("kubectl reads stdin");
+        drop(input);
+        child.wait_with_output()
+    });
+    let out = tokio::time::timeout(STEP, run)
+        .await
+        .expect("kubectl attach -i ends with the process within the deadline")
+        .expect("the kubectl task does not panic")
+        .expect("kubectl's output");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("attached input"),
+        "{stdout} / {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     sim.shutdown().await;
 }
