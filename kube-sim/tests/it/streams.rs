@@ -2,7 +2,6 @@
 //! test app (see `docker_kubelet`), reached through kube-sim's SPDY and WebSocket upgrades.
 
 use std::io::{BufRead as _, BufReader, Write as _};
-use std::net::TcpListener;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
@@ -38,12 +37,6 @@ async fn serving_pod(fx: &Fixture, sim: &Sim, name: &str) {
     .await;
 }
 
-/// A loopback port nothing listens on right now.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    listener.local_addr().expect("an address").port()
-}
-
 /// A running `kubectl port-forward`, killed on drop.
 struct PortForward {
     child: Option<Child>,
@@ -51,12 +44,12 @@ struct PortForward {
 }
 
 impl PortForward {
-    /// Starts `kubectl port-forward <target> <local>:<remote>` and waits for its "Forwarding from" line;
-    /// kubectl tunnels SPDY in WebSocket unless `websockets` is false (then it upgrades to SPDY directly).
+    /// Starts `kubectl port-forward <target> :<remote>` and waits for its "Forwarding from" line, which
+    /// names the local port kubectl chose. kubectl tunnels SPDY in WebSocket unless `websockets` is false
+    /// (then it upgrades to SPDY directly).
     async fn start(sim: &Sim, target: &str, remote: u16, websockets: bool) -> PortForward {
-        let local = free_port();
         let mut child = Command::new(KUBECTL)
-            .args(["port-forward", target, &format!("{local}:{remote}")])
+            .args(["port-forward", target, &format!(":{remote}")])
             .env("KUBECONFIG", sim.kubeconfig_path())
             .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets.to_string())
             .stdout(Stdio::piped())
@@ -78,11 +71,15 @@ impl PortForward {
         .await
         .expect("kubectl port-forward says it forwards within the deadline")
         .expect("the reading task does not panic");
+        let local = line
+            .strip_prefix("Forwarding from 127.0.0.1:")
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|port| port.parse().ok());
         let mut forward = PortForward {
             child: Some(child),
-            local,
+            local: local.unwrap_or(0),
         };
-        if !line.starts_with("Forwarding from") {
+        if local.is_none() {
             let out = forward.finish().await;
             panic!(
                 "kubectl port-forward did not start: {line}{}",
