@@ -275,7 +275,13 @@ impl Fixture {
         let dir = self._context.path();
         std::fs::write(
             dir.join("Dockerfile"),
-            format!("FROM scratch\nCOPY app /app\nENTRYPOINT [\"/app\"]\nCMD [\"{cmd}\"]\n"),
+            // The label, first, makes this fixture's images and their intermediate layers its own: tests
+            // running at once would build identical ones, and one test's clean-up (which prunes untagged
+            // parents) must not delete an image another test still builds on or pushes.
+            format!(
+                "FROM scratch\nLABEL {TEST_LABEL}={}\nCOPY app /app\nENTRYPOINT [\"/app\"]\nCMD [\"{cmd}\"]\n",
+                self.id
+            ),
         )
         .expect("the Dockerfile is written");
         let tag = format!("127.0.0.1:{}/{repo}:v1", self.registry.port);
