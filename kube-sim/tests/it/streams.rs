@@ -285,9 +285,38 @@ async fn kubectl_exec_runs_commands_in_the_container_with_their_output_stdin_and
     fx.until_no_containers("after shutdown").await;
 }
 
+/// Runs a command in a terminal that kube-rs resizes to 123x45, returning what it printed.
+async fn resized_terminal(pods: &kube::Api<Pod>) -> String {
+    use kube::api::{AttachParams, TerminalSize};
+
+    let mut size = pods
+        .exec(
+            "web",
+            ["/app", "size", "123"],
+            &AttachParams::interactive_tty(),
+        )
+        .await
+        .expect("exec starts");
+    let mut resize = size.terminal_size().expect("a terminal");
+    resize
+        .send(TerminalSize {
+            width: 123,
+            height: 45,
+        })
+        .await
+        .expect("the size is sent");
+    let mut output = String::new();
+    let mut stdout = size.stdout().expect("stdout");
+    stdout
+        .read_to_string(&mut output)
+        .await
+        .expect("stdout is read");
+    output
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kube_rs_exec_streams_stdin_stdout_and_terminal_sizes_and_reports_the_exit_status() {
-    use kube::api::{AttachParams, TerminalSize};
+    use kube::api::AttachParams;
 
     let fx = Fixture::start().await;
     let sim = fx.sim().await;
@@ -322,33 +351,7 @@ async fn kube_rs_exec_streams_stdin_stdout_and_terminal_sizes_and_reports_the_ex
     assert_eq!(output, "from kube-rs\n");
     assert_eq!(status.and_then(|s| s.status).as_deref(), Some("Success"));
 
-    // A terminal, resized by the client.
-    let sized = async {
-        let mut size = pods
-            .exec(
-                "web",
-                ["/app", "size", "123"],
-                &AttachParams::interactive_tty(),
-            )
-            .await
-            .expect("exec starts");
-        let mut resize = size.terminal_size().expect("a terminal");
-        resize
-            .send(TerminalSize {
-                width: 123,
-                height: 45,
-            })
-            .await
-            .expect("the size is sent");
-        let mut output = String::new();
-        let mut stdout = size.stdout().expect("stdout");
-        stdout
-            .read_to_string(&mut output)
-            .await
-            .expect("stdout is read");
-        output
-    };
-    let output = tokio::time::timeout(STEP, sized)
+    let output = tokio::time::timeout(STEP, resized_terminal(&pods))
         .await
         .expect("the terminal exec finishes within the deadline");
     assert_eq!(output.trim(), "45 123");
@@ -372,6 +375,29 @@ async fn kube_rs_exec_streams_stdin_stdout_and_terminal_sizes_and_reports_the_ex
         status.message
     );
     sim.shutdown().await;
+}
+
+/// Runs `kubectl attach -i <pod>` with `input` as its stdin, until kubectl ends.
+async fn kubectl_attach_with_input(sim: &Sim, pod: &str, input: &'static [u8]) -> Output {
+    let mut child = Command::new(KUBECTL)
+        .args(["attach", "-i", pod])
+        .env("KUBECONFIG", sim.kubeconfig_path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    let mut stdin = child.stdin.take().expect("kubectl's stdin");
+    let run = tokio::task::spawn_blocking(move || {
+        stdin.write_all(input).expect("kubectl reads stdin");
+        drop(stdin);
+        child.wait_with_output()
+    });
+    tokio::time::timeout(STEP, run)
+        .await
+        .expect("kubectl attach -i ends with the process within the deadline")
+        .expect("the kubectl task does not panic")
+        .expect("kubectl's output")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -428,27 +454,7 @@ async fn kubectl_attach_streams_the_main_process_output_and_feeds_its_stdin() {
             .map(|_| ())
     })
     .await;
-    let mut child = Command::new(KUBECTL)
-        .args(["attach", "-i", "reader"])
-        .env("KUBECONFIG", sim.kubeconfig_path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("kubectl runs");
-    let mut input = child.stdin.take().expect("kubectl's stdin");
-    let run = tokio::task::spawn_blocking(move || {
-        input
-            .write_all(b"attached input\n")
-            .expect("kubectl reads stdin");
-        drop(input);
-        child.wait_with_output()
-    });
-    let out = tokio::time::timeout(STEP, run)
-        .await
-        .expect("kubectl attach -i ends with the process within the deadline")
-        .expect("the kubectl task does not panic")
-        .expect("kubectl's output");
+    let out = kubectl_attach_with_input(&sim, "reader", b"attached input\n").await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("attached input"),
