@@ -25,6 +25,7 @@ mod handlers;
 mod openapi;
 mod protobuf;
 mod review;
+mod stream;
 mod watch;
 
 use handlers::Call;
@@ -95,7 +96,8 @@ where
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .keep_alive(true)
-        .serve_connection(io, service);
+        .serve_connection(io, service)
+        .with_upgrades();
     tokio::select! {
         r = conn => if let Err(e) = r { tracing::debug!(%peer, error = %e, "connection ended with an error") },
         _ = shutdown.wait_for(|s| *s) => {},
@@ -398,6 +400,14 @@ async fn resource_request(
         Some("status") if info.status_subresource => {}
         Some("scale") if info.scale_subresource => {}
         Some("log") if info.log_subresource => {}
+        Some(sub @ ("exec" | "attach" | "portforward"))
+            if gr == GroupResource::pods() && p.name.is_some() =>
+        {
+            return match state.store.pod_streams() {
+                Some(streams) => stream::serve(state, req, &p, streams).await,
+                None => Err(not_served(&gr, sub)),
+            };
+        }
         Some(sub) => return Err(not_served(&gr, sub)),
     }
     let q = Query::parse(req.uri().query());
@@ -456,13 +466,21 @@ fn streamed(
 /// Why a subresource Kubernetes serves is not served here, as a Status that says so; a 404 for the rest.
 fn not_served(gr: &GroupResource, subresource: &str) -> Error {
     let why = match (gr.group.as_str(), gr.resource.as_str(), subresource) {
-        ("", "pods", "exec" | "attach") => {
-            "kube-sim does not run commands in containers: use `docker exec` on the pod's container \
-             (Docker kubelet) or a test double (virtual kubelet, which runs no containers)"
+        ("", "pods", "exec") => {
+            "the virtual kubelet runs no containers, so kube-sim does not run commands in containers: \
+             run kube-sim with the Docker kubelet (`--kubelet docker`) to exec into pods"
         }
-        ("", "pods", "portforward") | ("", "pods" | "services" | "nodes", "proxy") => {
-            "kube-sim does not forward or proxy connections: with the Docker kubelet, reach the pod's \
-             container on its Docker network"
+        ("", "pods", "attach") => {
+            "the virtual kubelet runs no containers, so kube-sim does not attach to containers: run \
+             kube-sim with the Docker kubelet (`--kubelet docker`) to attach"
+        }
+        ("", "pods", "portforward") => {
+            "the virtual kubelet runs no containers, so kube-sim does not forward or proxy connections to \
+             pods: run kube-sim with the Docker kubelet (`--kubelet docker`) to forward ports"
+        }
+        ("", "pods" | "services" | "nodes", "proxy") => {
+            "kube-sim does not forward or proxy connections through the API server's proxy: with the \
+             Docker kubelet, use `kubectl port-forward` or reach the pod's container on its Docker network"
         }
         ("", "pods", "eviction" | "binding" | "ephemeralcontainers" | "resize") => {
             "kube-sim does not serve this pod subresource"

@@ -29,6 +29,8 @@
 //!   stream. [`Store::compact`] drops the history, which tests use to force that path.
 //! - Errors: [`Error`] maps one-to-one to Kubernetes `Status` bodies ([`Error::status`]).
 //! - Pod logs: [`Store::set_pod_logs`] installs the [`PodLogs`] source behind `GET …/pods/<name>/log`.
+//! - Pod streams: [`Store::set_pod_streams`] installs the [`PodStreams`] behind `pods/exec` and
+//!   `pods/portforward` (only a kubelet with real containers has one).
 //! - Service-account tokens: [`Store::register_token`] adds a bearer token the API server accepts besides its
 //!   own, mapped to a user name such as `system:serviceaccount:<ns>:<sa>` (the Docker kubelet's pods use them).
 
@@ -51,6 +53,7 @@ mod history;
 mod list;
 mod options;
 mod patch;
+mod streams;
 mod update;
 
 use history::{EventKind, LogEntry, push_event};
@@ -63,6 +66,7 @@ pub use options::{
     PatchOptions, PodLogs, StoreConfig, WriteOptions,
 };
 pub use patch::Patched;
+pub use streams::{ExecOutput, ExecRequest, ExecSession, PodStreams, Resize};
 pub use update::{Endpoint, Written};
 
 type Key = (String, String);
@@ -80,6 +84,7 @@ struct Shared {
     state: Mutex<State>,
     changed: watch::Sender<u64>,
     logs: RwLock<Option<Arc<dyn PodLogs>>>,
+    streams: RwLock<Option<Arc<dyn PodStreams>>>,
     tokens: RwLock<HashMap<String, String>>,
     config: StoreConfig,
 }
@@ -140,6 +145,7 @@ impl Store {
                 }),
                 changed,
                 logs: RwLock::new(None),
+                streams: RwLock::new(None),
                 tokens: RwLock::new(HashMap::new()),
                 config,
             }),
@@ -184,6 +190,16 @@ impl Store {
     /// Installs the source of pod logs.
     pub fn set_pod_logs(&self, logs: Arc<dyn PodLogs>) {
         *self.shared.logs.write_unpoisoned() = Some(logs);
+    }
+
+    /// Installs the streaming side of a kubelet with real containers (`pods/exec`, `pods/portforward`).
+    pub fn set_pod_streams(&self, streams: Arc<dyn PodStreams>) {
+        *self.shared.streams.write_unpoisoned() = Some(streams);
+    }
+
+    /// The installed streaming side, if a kubelet with real containers installed one.
+    pub fn pod_streams(&self) -> Option<Arc<dyn PodStreams>> {
+        self.shared.streams.read_unpoisoned().clone()
     }
 
     /// The logs of a pod's container, or an empty string when no source is installed.

@@ -20,7 +20,8 @@
 //!   in the store as `system:serviceaccount:<namespace>:<name>` while the container exists.
 //! - Readiness and liveness probes (`httpGet`, `tcpSocket`, `exec`) run against the container (see
 //!   [`probe`]); a failed liveness probe kills the container, which the kubelet then restarts.
-//! - `GET …/log` streams the engine's container logs (see [`logs`]).
+//! - `GET …/log` streams the engine's container logs (see [`logs`]); `pods/exec` runs commands through the
+//!   engine's exec and `pods/portforward` dials the container's address (see [`streams`]).
 //! - At start, containers left by an earlier run with the same node and labels are removed; at shutdown,
 //!   every container this runtime created is removed.
 
@@ -29,6 +30,7 @@ mod image;
 pub mod logs;
 pub mod probe;
 mod spec;
+pub mod streams;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,7 +52,7 @@ use super::registry::Registries;
 use super::runtime::{ContainerRuntime, Exit, PullError, PulledImage};
 use crate::lock::MutexExt as _;
 use crate::meta;
-use crate::store::{PodLogs, Store};
+use crate::store::{PodLogs, PodStreams, Store};
 
 pub use image::engine_domain;
 pub use spec::container_name;
@@ -490,6 +492,13 @@ impl ContainerRuntime for DockerRuntime {
         Some(Arc::new(logs::DockerLogs::new(
             self.inner.docker.clone(),
             self.inner.node.clone(),
+            self.clone(),
+        )))
+    }
+
+    fn pod_streams(&self) -> Option<Arc<dyn PodStreams>> {
+        Some(Arc::new(streams::DockerStreams::new(
+            self.inner.docker.clone(),
             self.clone(),
         )))
     }

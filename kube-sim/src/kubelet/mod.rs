@@ -165,6 +165,9 @@ pub async fn run_with<R: ContainerRuntime>(
         Some(real) => store.set_pod_logs(real),
         None => store.set_pod_logs(logs.clone()),
     }
+    if let Some(streams) = runtime.pod_streams() {
+        store.set_pod_streams(streams);
+    }
     if let Err(e) = register_node(&store, &config) {
         tracing::warn!(node = %config.node_name, error = %e, "registering the node failed");
     }

@@ -100,6 +100,12 @@ pub trait ContainerRuntime: Send + Sync + 'static {
     fn pod_logs(&self) -> Option<std::sync::Arc<dyn crate::store::PodLogs>> {
         None
     }
+
+    /// The side behind `pods/exec` and `pods/portforward`, for runtimes with real containers; `None`
+    /// leaves both unserved.
+    fn pod_streams(&self) -> Option<std::sync::Arc<dyn crate::store::PodStreams>> {
+        None
+    }
 }
 
 /// A runtime that resolves images in real registries and runs nothing.

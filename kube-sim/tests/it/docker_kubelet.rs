@@ -22,7 +22,7 @@ use crate::rollout::{applied, until, watch};
 use crate::{kubectl_ok, manifest};
 
 /// How long a wait on the engine may take (pulls, starts, probes, restarts).
-const DEADLINE: Duration = Duration::from_secs(90);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(90);
 
 /// How long building the test binary may take.
 const BUILD_DEADLINE: Duration = Duration::from_secs(600);
@@ -33,9 +33,12 @@ const REGISTRY_NAME: &str = "kube-sim-it-registry:5000";
 /// The label that marks this test run's pod containers.
 const TEST_LABEL: &str = "kube-sim-it";
 
-/// A tiny HTTP server: `/healthz` answers 503 until `READY_AFTER_MS` passed, then 200. It prints its
-/// environment and whether the API server's address answers; with the argument `crash` it exits 1, with
-/// `check` it exits 0 at once (for exec probes).
+/// A tiny HTTP server: `/healthz` answers 503 until `READY_AFTER_MS` passed, then 200, `/big` answers
+/// 1 MiB, other paths answer `ok <path>`. It prints its environment and whether the API server's address
+/// answers; with the argument `crash` it exits 1, with `check` it exits 0 at once (for exec probes). For
+/// `kubectl exec`: `echo <words>` prints the words, `fail <code>` says so on stderr and exits with the
+/// code, `cat` copies stdin to stdout, `size <cols>` waits for a terminal that wide and prints its size; `tick` prints a line every 200 ms (for
+/// `kubectl attach`).
 const APP: &str = r#"
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream, ToSocketAddrs};
@@ -47,8 +50,48 @@ fn env(name: &str) -> String {
 
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_default();
-    if mode == "check" {
-        std::process::exit(0);
+    let rest: Vec<String> = std::env::args().skip(2).collect();
+    match mode.as_str() {
+        "check" => std::process::exit(0),
+        "echo" => {
+            println!("{}", rest.join(" "));
+            std::process::exit(0);
+        }
+        "fail" => {
+            eprintln!("failing with {}", rest.join(" "));
+            std::process::exit(rest.first().and_then(|c| c.parse().ok()).unwrap_or(1));
+        }
+        "tick" => {
+            for n in 0.. {
+                println!("tick {n}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        "size" => {
+            // Waits for the terminal to be resized to the given width, then prints `rows cols`.
+            #[repr(C)]
+            #[derive(Default)]
+            struct Winsize { rows: u16, cols: u16, x: u16, y: u16 }
+            extern "C" { fn ioctl(fd: i32, request: u64, ...) -> i32; }
+            let want: u16 = rest.first().and_then(|w| w.parse().ok()).unwrap_or(0);
+            let mut size = Winsize::default();
+            for _ in 0..200 {
+                unsafe { ioctl(1, 0x5413, &mut size as *mut Winsize) };
+                if size.cols == want {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            println!("{} {}", size.rows, size.cols);
+            std::process::exit(0);
+        }
+        "cat" => {
+            let mut input = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut input);
+            let _ = std::io::stdout().write_all(&input);
+            std::process::exit(0);
+        }
+        _ => {}
     }
     println!(
         "hello from {} greeting={} secret={} ns={} sa={}",
@@ -82,9 +125,11 @@ fn main() {
         let request = String::from_utf8_lossy(&buf[..n]);
         let path = request.split_whitespace().nth(1).unwrap_or("/").to_string();
         let (code, body) = if path == "/healthz" && start.elapsed() < ready_after {
-            ("503 Service Unavailable", "starting")
+            ("503 Service Unavailable", "starting".to_string())
+        } else if path == "/big" {
+            ("200 OK", "x".repeat(1 << 20))
         } else {
-            ("200 OK", "ok")
+            ("200 OK", format!("ok {path}"))
         };
         let _ = write!(stream, "HTTP/1.1 {code}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
     }
@@ -174,7 +219,7 @@ async fn build_app() -> PathBuf {
 }
 
 /// The Docker objects of one test: a network, a registry with images, the names to untag at the end.
-struct Fixture {
+pub(crate) struct Fixture {
     id: String,
     network: String,
     gateway: String,
@@ -186,7 +231,7 @@ struct Fixture {
 impl Fixture {
     /// A network and a registry, with the test app pushed as `demo/app:v1` (serving) and `demo/crash:v1`
     /// (exiting 1).
-    async fn start() -> Fixture {
+    pub(crate) async fn start() -> Fixture {
         let app = build_app().await;
         let id = kube_sim::meta::random_hex(6);
         let network = format!("kube-sim-it-{id}");
@@ -230,7 +275,13 @@ impl Fixture {
         let dir = self._context.path();
         std::fs::write(
             dir.join("Dockerfile"),
-            format!("FROM scratch\nCOPY app /app\nENTRYPOINT [\"/app\"]\nCMD [\"{cmd}\"]\n"),
+            // The label, first, makes this fixture's images and their intermediate layers its own: tests
+            // running at once would build identical ones, and one test's clean-up (which prunes untagged
+            // parents) must not delete an image another test still builds on or pushes.
+            format!(
+                "FROM scratch\nLABEL {TEST_LABEL}={}\nCOPY app /app\nENTRYPOINT [\"/app\"]\nCMD [\"{cmd}\"]\n",
+                self.id
+            ),
         )
         .expect("the Dockerfile is written");
         let tag = format!("127.0.0.1:{}/{repo}:v1", self.registry.port);
@@ -277,7 +328,7 @@ impl Fixture {
     }
 
     /// The image as pods write it.
-    fn image(&self, repo: &str) -> String {
+    pub(crate) fn image(&self, repo: &str) -> String {
         format!("{REGISTRY_NAME}/{repo}:v1")
     }
 
@@ -299,7 +350,7 @@ impl Fixture {
 
     /// A simulator with the Docker kubelet on this network, listening on the network's gateway so pods
     /// reach the API server, with the registry mapped like the `sim` provider maps it.
-    async fn sim(&self) -> Sim {
+    pub(crate) async fn sim(&self) -> Sim {
         let registries = self.registries_file();
         let mut config = Config::ephemeral();
         config.listen = format!("{}:0", self.gateway).parse().expect("an address");
@@ -328,7 +379,7 @@ impl Fixture {
     }
 
     /// Waits until no container has this test's label.
-    async fn until_no_containers(&self, what: &str) {
+    pub(crate) async fn until_no_containers(&self, what: &str) {
         let gone = tokio::time::timeout(DEADLINE, async {
             loop {
                 if self.containers().await.is_empty() {
@@ -395,7 +446,7 @@ fn container_status(p: &Value) -> &Value {
     &p["status"]["containerStatuses"][0]
 }
 
-fn ready(p: &Value) -> bool {
+pub(crate) fn ready(p: &Value) -> bool {
     p["status"]["conditions"].as_array().is_some_and(|cs| {
         cs.iter()
             .any(|c| c["type"] == "Ready" && c["status"] == "True")
@@ -412,7 +463,7 @@ fn waiting_reason(p: &Value) -> Option<&str> {
         .as_str()
 }
 
-async fn create_pod(sim: &Sim, pod: Value) {
+pub(crate) async fn create_pod(sim: &Sim, pod: Value) {
     let api: Api<Pod> = Api::namespaced(sim.client().await.expect("a client"), "default");
     api.create(
         &PostParams::default(),

@@ -283,11 +283,15 @@ async fn kubectl_describe_shows_what_the_scheduler_and_the_kubelet_did() {
     for (args, says) in [
         (
             vec!["exec", "solo", "--", "true"],
-            "does not run commands in containers",
+            "the virtual kubelet runs no containers, so kube-sim does not run commands in containers",
+        ),
+        (
+            vec!["attach", "solo"],
+            "the virtual kubelet runs no containers, so kube-sim does not attach to containers",
         ),
         (
             vec!["port-forward", "pod/solo", "0:80"],
-            "does not forward or proxy",
+            "the virtual kubelet runs no containers, so kube-sim does not forward or proxy",
         ),
     ] {
         let out = crate::kubectl_at(sim.kubeconfig_path(), &args).await;

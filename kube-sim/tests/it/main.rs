@@ -15,6 +15,7 @@ mod rollout;
 mod scale;
 mod semantics;
 mod startup;
+mod streams;
 mod validation;
 
 use std::path::Path;

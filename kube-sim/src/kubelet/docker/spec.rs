@@ -88,6 +88,10 @@ pub(super) fn create_body(
         labels: Some(labels),
         exposed_ports: (!ports.is_empty()).then_some(ports),
         user: run_as(pod, container),
+        // `stdin`, `stdinOnce` and `tty` as a CRI runtime takes them, for `kubectl attach`.
+        open_stdin: container["stdin"].as_bool(),
+        stdin_once: container["stdinOnce"].as_bool(),
+        tty: container["tty"].as_bool(),
         host_config: Some(HostConfig {
             network_mode: Some(network.to_string()),
             readonly_rootfs: container
