@@ -37,6 +37,30 @@ async fn serving_pod(fx: &Fixture, sim: &Sim, name: &str) {
     .await;
 }
 
+/// Starts `command` and reads the first line it prints, within [`STEP`]; the rest of its output is
+/// read and dropped until it exits (kubectl dies of SIGPIPE when its stdout closes).
+async fn first_line(mut command: Command) -> (Child, Option<String>) {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    let stdout = child.stdout.take().expect("kubectl's stdout");
+    let line = tokio::time::timeout(
+        STEP,
+        tokio::task::spawn_blocking(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+            line
+        }),
+    )
+    .await
+    .ok()
+    .map(|read| read.expect("the reading task does not panic"));
+    (child, line)
+}
+
 /// A running `kubectl port-forward`, killed on drop.
 struct PortForward {
     child: Option<Child>,
@@ -48,29 +72,14 @@ impl PortForward {
     /// names the local port kubectl chose. kubectl tunnels SPDY in WebSocket unless `websockets` is false
     /// (then it upgrades to SPDY directly).
     async fn start(sim: &Sim, target: &str, remote: u16, websockets: bool) -> PortForward {
-        let mut child = Command::new(KUBECTL)
+        let mut command = Command::new(KUBECTL);
+        command
             .args(["port-forward", target, &format!(":{remote}")])
             .env("KUBECONFIG", sim.kubeconfig_path())
             .env("KUBECTL_PORT_FORWARD_WEBSOCKETS", websockets.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        let stdout = child.stdout.take().expect("kubectl's stdout");
-        let line = tokio::time::timeout(
-            STEP,
-            tokio::task::spawn_blocking(move || {
-                let mut reader = BufReader::new(stdout);
-                let mut line = String::new();
-                let _ = reader.read_line(&mut line);
-                // kubectl dies of SIGPIPE if its stdout closes: keep reading until it exits.
-                std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
-                line
-            }),
-        )
-        .await
-        .expect("kubectl port-forward says it forwards within the deadline")
-        .expect("the reading task does not panic");
+            .stderr(Stdio::piped());
+        let (child, line) = first_line(command).await;
+        let line = line.expect("kubectl port-forward says it forwards within the deadline");
         let local = line
             .strip_prefix("Forwarding from 127.0.0.1:")
             .and_then(|rest| rest.split_whitespace().next())
@@ -415,28 +424,15 @@ async fn kubectl_attach_streams_the_main_process_output_and_feeds_its_stdin() {
         applied(e).filter(|p| ready(p)).map(|_| ())
     })
     .await;
-    let mut child = Command::new(KUBECTL)
+    let mut command = Command::new(KUBECTL);
+    command
         .args(["attach", "ticker"])
         .env("KUBECONFIG", sim.kubeconfig_path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("kubectl runs");
-    let stdout = child.stdout.take().expect("kubectl's stdout");
-    let line = tokio::time::timeout(
-        STEP,
-        tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            line
-        }),
-    )
-    .await;
+        .stderr(Stdio::null());
+    let (mut child, line) = first_line(command).await;
     let _ = child.kill();
     let _ = child.wait();
-    let line = line
-        .expect("kubectl attach prints within the deadline")
-        .expect("the reading task does not panic");
+    let line = line.expect("kubectl attach prints within the deadline");
     assert!(line.starts_with("tick "), "{line:?}");
 
     // With `stdin` and `stdinOnce`, the attached client's stdin reaches the main process and its end

@@ -34,6 +34,17 @@ impl DockerStreams {
         DockerStreams { docker, runtime }
     }
 
+    /// The running container a request names (or the pod's only one), as [`Self::running`] finds it.
+    fn target(
+        &self,
+        pod: &Value,
+        request: &ExecRequest,
+    ) -> store::Result<(String, Option<String>)> {
+        check_phase(pod)
+            .and_then(|()| crate::kubelet::logs::log_container(pod, request.container.as_deref()))
+            .and_then(|c| self.running(pod, c))
+    }
+
     /// The Docker ID and pod-network address of the latest container of a pod container, or the
     /// kubelet's error when it does not run.
     fn running(&self, pod: &Value, container: &str) -> store::Result<(String, Option<String>)> {
@@ -114,14 +125,8 @@ impl PodStreams for DockerStreams {
         }))
     }
 
-    fn attach(
-        &self,
-        pod: &Value,
-        request: ExecRequest,
-    ) -> BoxFuture<'static, store::Result<ExecSession>> {
-        let target = check_phase(pod)
-            .and_then(|()| crate::kubelet::logs::log_container(pod, request.container.as_deref()))
-            .and_then(|c| self.running(pod, c));
+    fn attach(&self, pod: &Value, request: ExecRequest) -> Starting {
+        let target = self.target(pod, &request);
         let docker = self.docker.clone();
         Box::pin(async move {
             let (id, _) = target?;
@@ -151,21 +156,15 @@ impl PodStreams for DockerStreams {
         })
     }
 
-    fn exec(
-        &self,
-        pod: &Value,
-        request: ExecRequest,
-    ) -> BoxFuture<'static, store::Result<ExecSession>> {
-        let target = check_phase(pod)
-            .and_then(|()| crate::kubelet::logs::log_container(pod, request.container.as_deref()))
-            .and_then(|c| self.running(pod, c));
+    fn exec(&self, pod: &Value, request: ExecRequest) -> Starting {
+        let target = self.target(pod, &request);
         let docker = self.docker.clone();
-        Box::pin(async move {
-            let (id, _) = target?;
-            start_exec(docker, &id, request).await
-        })
+        Box::pin(async move { start_exec(docker, &target?.0, request).await })
     }
 }
+
+/// An exec or attach session being started.
+type Starting = BoxFuture<'static, store::Result<ExecSession>>;
 
 /// Creates and starts an exec attached to its output (and stdin when asked).
 async fn start_exec(

@@ -45,10 +45,8 @@ pub(super) async fn run<IO>(io: IO, session: ExecSession, wanted: Wanted) -> Res
 where
     IO: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let (mut reader, writer) = tokio::io::split(io);
-    let (out, frames) = mpsc::channel::<Frame>(64);
-    let writing = tokio::spawn(spdy::write_frames(writer, frames));
-    let mut decoder = Decoder::default();
+    let mut spdy = spdy::connect(io);
+    let out = spdy.out.clone();
     let mut streams = Streams::default();
     let ExecSession {
         stdin,
@@ -58,7 +56,12 @@ where
     } = session;
     let wants_stdin = stdin.is_some();
     while !streams.complete(wanted, wants_stdin) {
-        match decoder.read(&mut reader).await.map_err(Error::Spdy)? {
+        match spdy
+            .decoder
+            .read(&mut spdy.reader)
+            .await
+            .map_err(Error::Spdy)?
+        {
             Some(frame) => {
                 if !on_setup_frame(frame, &mut streams, &out).await {
                     return Ok(());
@@ -76,10 +79,10 @@ where
     let send_output = send_output(output, exit_code, &streams, &out);
     let result = tokio::select! {
         () = send_output => Ok(()),
-        r = input.feed(&mut decoder, &mut reader) => r,
+        r = input.feed(&mut spdy.decoder, &mut spdy.reader) => r,
     };
-    drop(out);
-    let _ = writing.await;
+    drop((out, spdy.out));
+    let _ = spdy.writing.await;
     result
 }
 

@@ -23,7 +23,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use super::spdy::{self, Decoder, Frame, Headers};
+use super::spdy::{self, Frame, Headers};
 use super::{
     Error, accept_spdy, accept_websocket, spawn_session, tunnel, wants_websocket, websocket,
 };
@@ -109,12 +109,10 @@ impl Session {
     where
         IO: AsyncRead + AsyncWrite + Send + 'static,
     {
-        let (mut reader, writer) = tokio::io::split(io);
-        let (out, frames) = mpsc::channel::<Frame>(64);
-        let writing = tokio::spawn(spdy::write_frames(writer, frames));
-        let mut decoder = Decoder::default();
+        let mut spdy = spdy::connect(io);
+        let out = spdy.out.clone();
         let result = loop {
-            match decoder.read(&mut reader).await {
+            match spdy.decoder.read(&mut spdy.reader).await {
                 Ok(Some(Frame::GoAway { .. })) | Ok(None) => break Ok(()),
                 Ok(Some(frame)) => {
                     if self.on_frame(frame, &out).await.is_err() {
@@ -125,8 +123,8 @@ impl Session {
             }
         };
         self.forwards.abort_all();
-        drop(out);
-        let _ = writing.await;
+        drop((out, spdy.out));
+        let _ = spdy.writing.await;
         result
     }
 
