@@ -397,6 +397,30 @@ fn two_words(a: u32, b: u32) -> Vec<u8> {
     p
 }
 
+/// A SPDY connection being served: its reading half with a decoder, and the frames to write, which
+/// a task writes in order until every sender is dropped.
+pub struct Connection<R> {
+    pub reader: R,
+    pub decoder: Decoder,
+    pub out: mpsc::Sender<Frame>,
+    pub writing: tokio::task::JoinHandle<()>,
+}
+
+/// Splits `io` into a [`Connection`].
+pub fn connect<IO>(io: IO) -> Connection<tokio::io::ReadHalf<IO>>
+where
+    IO: tokio::io::AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (reader, writer) = tokio::io::split(io);
+    let (out, frames) = mpsc::channel::<Frame>(64);
+    Connection {
+        reader,
+        decoder: Decoder::default(),
+        out,
+        writing: tokio::spawn(write_frames(writer, frames)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,29 +494,5 @@ mod tests {
         let wire = [0x80, 2, 0, 6, 0, 0, 0, 4, 0, 0, 0, 1];
         let err = Decoder::default().read(&mut &wire[..]).await.unwrap_err();
         assert!(matches!(err, Error::Version(2)), "{err}");
-    }
-}
-
-/// A SPDY connection being served: its reading half with a decoder, and the frames to write, which
-/// a task writes in order until every sender is dropped.
-pub struct Connection<R> {
-    pub reader: R,
-    pub decoder: Decoder,
-    pub out: mpsc::Sender<Frame>,
-    pub writing: tokio::task::JoinHandle<()>,
-}
-
-/// Splits `io` into a [`Connection`].
-pub fn connect<IO>(io: IO) -> Connection<tokio::io::ReadHalf<IO>>
-where
-    IO: tokio::io::AsyncRead + AsyncWrite + Send + 'static,
-{
-    let (reader, writer) = tokio::io::split(io);
-    let (out, frames) = mpsc::channel::<Frame>(64);
-    Connection {
-        reader,
-        decoder: Decoder::default(),
-        out,
-        writing: tokio::spawn(write_frames(writer, frames)),
     }
 }
