@@ -36,7 +36,7 @@ use crate::report::{Event, Reporter};
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
 /// How long the watcher merges the events of one write (an editor's
 /// create, write and rename of one save).
-const MERGE: Duration = Duration::from_millis(50);
+const MERGE: Duration = Duration::from_millis(20);
 
 /// Why the session could not start or had to stop.
 #[derive(Debug, thiserror::Error)]
