@@ -214,7 +214,14 @@ async fn push_until(
             }
             Err(e) => {
                 let error = crate::error_chain(&e);
-                tell(reporter, name, Phase::Failed, &error);
+                // A build stopped for a newer save is not a failure: the next run follows.
+                let superseded =
+                    cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed));
+                if superseded {
+                    tell(reporter, name, Phase::Push, "superseded by a newer save");
+                } else {
+                    tell(reporter, name, Phase::Failed, &error);
+                }
                 outcome.error = Some(error);
             }
         }
