@@ -84,7 +84,8 @@ struct Loop<'a> {
     /// Components saved again while they ran, with the first such save.
     again: BTreeMap<String, Instant>,
     runs: FuturesUnordered<Run<'a>>,
-    inputs: Option<Inputs>,
+    /// What the components are built from, as last derived.
+    inputs: Inputs,
     /// The directories the watcher watches.
     watched: BTreeSet<PathBuf>,
 }
@@ -126,6 +127,7 @@ pub async fn run(
         timeout: options.timeout,
     };
     lifecycle::up(&config, up, reporter).await?;
+    let inputs = Inputs::derive(&config)?;
     let mut turn = Loop {
         config,
         options,
@@ -134,7 +136,7 @@ pub async fn run(
         running: BTreeMap::new(),
         again: BTreeMap::new(),
         runs: FuturesUnordered::new(),
-        inputs: None,
+        inputs,
         watched: BTreeSet::new(),
     };
     let now = Instant::now();
@@ -165,7 +167,8 @@ impl<'a> Loop<'a> {
         }
     }
 
-    /// A watcher of every input directory, and the batches of saved paths.
+    /// A watcher of every input directory (of the inputs derived anew), and
+    /// the batches of saved paths.
     #[allow(clippy::type_complexity)]
     fn watcher(
         &mut self,
@@ -176,7 +179,7 @@ impl<'a> Loop<'a> {
         ),
         Error,
     > {
-        let inputs = Inputs::derive(&self.config)?;
+        self.inputs = Inputs::derive(&self.config)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let mut debouncer = new_debouncer(MERGE, None, move |result: DebounceEventResult| {
             // Reads (a build opening `Cargo.toml`) change nothing.
@@ -194,7 +197,7 @@ impl<'a> Loop<'a> {
             dir: self.config.root.clone(),
             source,
         })?;
-        let dirs = inputs.directories();
+        let dirs = self.inputs.directories();
         for dir in &dirs {
             debouncer
                 .watch(dir, RecursiveMode::NonRecursive)
@@ -207,7 +210,6 @@ impl<'a> Loop<'a> {
             components: self.components.clone(),
             directories: dirs.len(),
         });
-        self.inputs = Some(inputs);
         self.watched = dirs;
         Ok((debouncer, rx))
     }
@@ -216,22 +218,22 @@ impl<'a> Loop<'a> {
     /// watched anew (the environment file changed).
     async fn saved(&mut self, paths: Vec<PathBuf>) -> Result<bool, Error> {
         let now = Instant::now();
-        let Some(inputs) = &self.inputs else {
-            return Ok(false);
-        };
-        let touched: BTreeSet<Owner> = paths.iter().flat_map(|p| inputs.owners(p)).collect();
         let grown = paths
             .iter()
-            .any(|p| inputs.is_new_directory(p, &self.watched));
+            .any(|p| self.inputs.is_new_directory(p, &self.watched));
+        let mut touched = BTreeSet::new();
+        let mut files = Vec::new();
+        for path in &paths {
+            let owners = self.inputs.owners(path);
+            if !owners.is_empty() {
+                let shown = path.strip_prefix(&self.config.root).unwrap_or(path);
+                files.push(shown.display().to_string());
+                touched.extend(owners);
+            }
+        }
         if touched.is_empty() {
             return Ok(grown);
         }
-        let root = &self.config.root;
-        let files = paths
-            .iter()
-            .filter(|p| !inputs.owners(p).is_empty())
-            .map(|p| p.strip_prefix(root).unwrap_or(p).display().to_string())
-            .collect();
         self.reporter.report(&Event::Saved {
             touches: touched.iter().map(Owner::to_string).collect(),
             files,
