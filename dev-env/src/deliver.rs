@@ -3,7 +3,6 @@
 //! and waits run concurrently; one component's failure never hides the
 //! others' results.
 
-use crate::image::cargo::Cancel;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -11,7 +10,7 @@ use serde::Serialize;
 use crate::{
     apply,
     config::{Config, Provider},
-    image::{self, PushOptions, Pushed, distribution},
+    image::{self, PushOptions, Pushed, cargo::Cancel, distribution},
     kubeconfig, lock, manifest, registry,
     report::{Event, Phase, Reporter},
     rollout,

@@ -95,15 +95,21 @@ pub async fn session(
     reporter: &dyn crate::report::Reporter,
 ) -> Result<Session, Error> {
     let lock = environment(config, reporter).await?;
-    let state_dir = config.state_dir();
-    SESSIONS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .push(state_dir.clone());
-    Ok(Session {
-        _lock: lock,
-        state_dir,
-    })
+    Ok(Session::of(lock, config.state_dir()))
+}
+
+impl Session {
+    /// Makes `lock`, the lock of `state_dir`, a session of this process.
+    fn of(lock: Lock, state_dir: PathBuf) -> Session {
+        SESSIONS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(state_dir.clone());
+        Session {
+            _lock: lock,
+            state_dir,
+        }
+    }
 }
 
 /// Takes the lock of the environment of `config`, waiting for another
@@ -200,6 +206,30 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
+
+    #[tokio::test]
+    async fn steps_inside_a_session_go_on_and_the_lock_is_held_until_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let quick = Duration::from_millis(300);
+        let never = |_: &Waiting| panic!("nothing else holds it");
+        let lock = acquire(dir.path(), "env", quick, &never).await.unwrap();
+        let session = Session::of(lock, dir.path().to_path_buf());
+        // A step of this process takes the lock again at once.
+        let step = acquire(dir.path(), "env", quick, &never).await.unwrap();
+        drop(step);
+        // The file lock is still held: another holder (its own open file) waits.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.path().join(LOCK_FILE))
+            .unwrap();
+        assert!(matches!(file.try_lock(), Err(TryLockError::WouldBlock)));
+        drop(session);
+        assert!(
+            file.try_lock().is_ok(),
+            "the session's end releases the lock"
+        );
+    }
 
     #[tokio::test]
     async fn a_second_holder_waits_says_whom_for_and_gets_the_lock_once_released() {
