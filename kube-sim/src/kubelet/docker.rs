@@ -464,6 +464,28 @@ impl ContainerRuntime for DockerRuntime {
         self.remove(id).await;
     }
 
+    async fn pre_stop(
+        &self,
+        container_id: &str,
+        container: &Value,
+        handler: &Value,
+    ) -> Result<(), String> {
+        let id = container_id.trim_start_matches("docker://");
+        let ip = self
+            .inner
+            .containers
+            .lock_unpoisoned()
+            .get(id)
+            .and_then(|s| s.ip.clone());
+        let target = probe::Target {
+            docker: self.inner.docker.clone(),
+            container_id: id.to_string(),
+            ip,
+            container: container.clone(),
+        };
+        probe::hook(&target, handler).await
+    }
+
     fn is_real(&self) -> bool {
         true
     }

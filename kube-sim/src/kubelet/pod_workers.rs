@@ -496,6 +496,77 @@ pub(super) fn humanize(d: Duration) -> String {
     format!("{}m{}s", s / 60, s % 60)
 }
 
+/// The kubelet's minimum shutdown window after a `preStop` hook (`minimumGracePeriodInSeconds`).
+const MINIMUM_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs the `preStop` hooks of a terminating pod's started containers at once, each bounded by `grace`;
+/// a hook that fails or runs out of time is reported as a `FailedPreStopHook` event. Returns how many
+/// hooks ran.
+async fn pre_stop_all<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    pod: &Value,
+    containers: &[Container],
+    grace: Duration,
+) -> usize {
+    let hooks: Vec<_> = containers
+        .iter()
+        .filter_map(|c| {
+            let handler = c.spec.pointer("/lifecycle/preStop")?;
+            let id = c.container_id.as_deref()?;
+            (!grace.is_zero()).then(|| pre_stop(k, pod, c, id, handler, grace))
+        })
+        .collect();
+    let ran = hooks.len();
+    futures::future::join_all(hooks).await;
+    ran
+}
+
+/// One container's `preStop` hook: a `sleep` here, other handlers in the runtime.
+async fn pre_stop<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    pod: &Value,
+    c: &Container,
+    id: &str,
+    handler: &Value,
+    grace: Duration,
+) {
+    let run = async {
+        match handler.pointer("/sleep/seconds").and_then(Value::as_u64) {
+            Some(seconds) => {
+                tokio::time::sleep(Duration::from_secs(seconds)).await;
+                Ok(())
+            }
+            None => k.runtime.pre_stop(id, &c.spec, handler).await,
+        }
+    };
+    let failed = match tokio::time::timeout(grace, run).await {
+        Ok(Ok(())) => return,
+        Ok(Err(reason)) => reason,
+        Err(_) => format!(
+            "did not finish within the grace period of {}",
+            humanize(grace)
+        ),
+    };
+    let message = format!(
+        "PreStop hook for Container {:?} in Pod \"{}_{}({})\" failed - error: {failed}",
+        c.name,
+        meta::name_of(pod),
+        meta::namespace_of(pod),
+        meta::str_at(pod, "/metadata/uid").unwrap_or(""),
+    );
+    let involved = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": meta::name_of(pod), "namespace": meta::namespace_of(pod),
+            "uid": meta::str_at(pod, "/metadata/uid")}});
+    crate::controller::record_event(
+        &k.store,
+        &involved,
+        MANAGER,
+        "Warning",
+        "FailedPreStopHook",
+        &message,
+    );
+}
+
 /// Stops every container of a pod at once, each within `grace`.
 pub(super) async fn stop_all<R: ContainerRuntime>(
     k: &Arc<Kubelet<R>>,
@@ -514,23 +585,34 @@ pub(super) async fn stop_all<R: ContainerRuntime>(
     futures::future::join_all(stops).await;
 }
 
-/// Lets a terminating pod go: it stays as it is for `termination_delay` (at most its grace period), then
-/// it is deleted with grace period 0.
+/// Lets a terminating pod go as the kubelet kills a pod: each container's `preStop` hook runs first, within
+/// the grace period, then the container is stopped within what is left of it (never less than 2 s, as
+/// the kubelet's minimum); a virtual pod stays as it is for `termination_delay` (at most its grace
+/// period) instead. Then it is deleted with grace period 0.
 pub(super) async fn terminate<R: ContainerRuntime>(
     k: &Arc<Kubelet<R>>,
     pod: &Value,
     containers: &mut [Container],
 ) {
-    let grace = pod
-        .pointer("/metadata/deletionGracePeriodSeconds")
-        .and_then(Value::as_i64)
-        .unwrap_or(0)
-        .max(0) as u64;
+    let grace = Duration::from_secs(
+        pod.pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+            .max(0) as u64,
+    );
+    let started = Instant::now();
+    let hooks = pre_stop_all(k, pod, containers, grace).await;
+    let left = grace.saturating_sub(started.elapsed());
     // Real containers take their grace period in the stop itself.
     if !k.runtime.is_real() {
-        tokio::time::sleep(k.config.termination_delay.min(Duration::from_secs(grace))).await;
+        tokio::time::sleep(k.config.termination_delay.min(left)).await;
     }
-    stop_all(k, containers, Duration::from_secs(grace)).await;
+    let stop_within = if hooks > 0 {
+        left.max(MINIMUM_GRACE)
+    } else {
+        grace
+    };
+    stop_all(k, containers, stop_within).await;
     let opts = DeleteOptions {
         grace_period_seconds: Some(0),
         uid: meta::str_at(pod, "/metadata/uid").map(str::to_string),

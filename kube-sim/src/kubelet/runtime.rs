@@ -79,6 +79,17 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         self.stop(container_id)
     }
 
+    /// Runs a container's `lifecycle.preStop` handler (`exec`, `httpGet`) before it is stopped; `Err`
+    /// says why it failed. `sleep` handlers are the kubelet's own; the default runs nothing.
+    fn pre_stop(
+        &self,
+        _container_id: &str,
+        _container: &Value,
+        _handler: &Value,
+    ) -> impl Future<Output = Result<(), String>> + Send {
+        async { Ok(()) }
+    }
+
     /// Whether containers really run: the kubelet then skips its simulated termination delay, and takes
     /// readiness and the pod IP from [`ContainerRuntime::readiness`] and [`ContainerRuntime::pod_ip`].
     fn is_real(&self) -> bool {

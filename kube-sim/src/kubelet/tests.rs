@@ -362,6 +362,52 @@ async fn a_deleted_pod_terminates_ready_with_its_image_id_then_disappears() {
     assert!(gone.is_ok(), "the kubelet removes the terminated pod");
 }
 
+/// How long a pod stays after its deletion.
+async fn time_to_go(h: &Harness, name: &str) -> Duration {
+    let started = std::time::Instant::now();
+    h.store
+        .delete(
+            &GroupResource::pods(),
+            Some("default"),
+            name,
+            &DeleteOptions::default(),
+        )
+        .unwrap();
+    tokio::time::timeout(DEADLINE, async {
+        while h
+            .store
+            .get(&GroupResource::pods(), Some("default"), name)
+            .is_ok()
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the kubelet removes the terminated pod");
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn a_pre_stop_sleep_holds_the_pod_within_its_grace_period() {
+    let h = Harness::start();
+    let with_hook = |seconds: u64, grace: u64| {
+        json!({"nodeName": "node-1", "terminationGracePeriodSeconds": grace,
+            "containers": [{"name": "a", "image": "nginx:1",
+                "lifecycle": {"preStop": {"sleep": {"seconds": seconds}}}}]})
+    };
+    h.create_pod("sleeper", with_hook(2, 30));
+    h.create_pod("plain", bound("nginx:1"));
+    for name in ["sleeper", "plain"] {
+        h.history_until(name, |p| condition(p, "Ready")["status"] == "True")
+            .await;
+    }
+    let slept = time_to_go(&h, "sleeper").await;
+    assert!(slept >= Duration::from_secs(2), "{slept:?}");
+    assert!(slept < Duration::from_secs(4), "{slept:?}");
+    let plain = time_to_go(&h, "plain").await;
+    assert!(plain < Duration::from_secs(1), "{plain:?}");
+}
+
 #[tokio::test]
 async fn unbound_pods_are_bound_to_the_node() {
     let h = Harness::start();

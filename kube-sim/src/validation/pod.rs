@@ -34,7 +34,62 @@ pub fn validate_spec(spec: &Value, path: &str) -> Vec<FieldError> {
             container(c, at, &mut names, &volumes, &mut errors);
         });
     }
+    let grace = spec
+        .get("terminationGracePeriodSeconds")
+        .and_then(Value::as_i64);
+    each_item(spec, "containers", path, |c, at| {
+        for hook in ["postStart", "preStop"] {
+            if let Some(handler) = c.pointer(&format!("/lifecycle/{hook}")) {
+                lifecycle_handler(
+                    handler,
+                    &format!("{at}.lifecycle.{hook}"),
+                    grace,
+                    &mut errors,
+                );
+            }
+        }
+    });
     errors
+}
+
+/// The errors of a lifecycle hook's handler at `at`: exactly one of `exec`, `httpGet`, `tcpSocket` and
+/// `sleep`, a sleep no longer than the pod's grace period, ports in range.
+fn lifecycle_handler(handler: &Value, at: &str, grace: Option<i64>, errors: &mut Vec<FieldError>) {
+    let kinds: Vec<&str> = ["exec", "httpGet", "tcpSocket", "sleep"]
+        .into_iter()
+        .filter(|k| handler.get(*k).is_some_and(|v| !v.is_null()))
+        .collect();
+    match kinds.as_slice() {
+        [] => errors.push(FieldError::required(at, "must specify a handler type")),
+        [_] => {}
+        [_, rest @ ..] => {
+            for kind in rest {
+                errors.push(FieldError::forbidden(
+                    &format!("{at}.{kind}"),
+                    "may not specify more than 1 handler type",
+                ));
+            }
+        }
+    }
+    if let Some(seconds) = handler.pointer("/sleep/seconds").and_then(Value::as_i64)
+        && let Some(grace) = grace
+        && (seconds <= 0 || seconds > grace)
+    {
+        errors.push(FieldError::invalid(
+            &format!("{at}.sleep.seconds"),
+            &Value::from(seconds),
+            &format!(
+                "must be greater than 0 and less than terminationGracePeriodSeconds ({grace}). Enable AllowPodLifecycleSleepActionZeroValue feature gate for zero sleep."
+            ),
+        ));
+    }
+    for kind in ["httpGet", "tcpSocket"] {
+        if let Some(port) = handler.pointer(&format!("/{kind}/port"))
+            && port.is_number()
+        {
+            check_port(Some(port), &format!("{at}.{kind}.port"), errors);
+        }
+    }
 }
 
 /// Adds an error when a name at `at` is missing, repeats one of `names` or is not a DNS label; then

@@ -231,6 +231,33 @@ async fn kubectl_refuses_a_deployment_whose_selector_misses_its_labels() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_refuses_lifecycle_hooks_with_no_handler_or_a_sleep_past_the_grace_period() {
+    let sim = start().await;
+    let pod = |lifecycle: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: hooked, namespace: default}}\nspec:\n  terminationGracePeriodSeconds: 10\n  containers:\n  - name: a\n    image: nginx:1\n    lifecycle: {lifecycle}\n"
+        )
+    };
+    let stderr =
+        kubectl_refused(&sim, &["create"], &pod("{preStop: {sleep: {seconds: 20}}}")).await;
+    assert_holds(
+        &stderr,
+        "spec.containers[0].lifecycle.preStop.sleep.seconds: Invalid value: 20: must be greater than 0 and less than terminationGracePeriodSeconds (10)",
+    );
+    let stderr = kubectl_refused(&sim, &["create"], &pod("{preStop: {}}")).await;
+    assert_holds(
+        &stderr,
+        "spec.containers[0].lifecycle.preStop: Required value: must specify a handler type",
+    );
+    let both = "{postStart: {sleep: {seconds: 1}, httpGet: {port: 8080}}}";
+    let stderr = kubectl_refused(&sim, &["create"], &pod(both)).await;
+    assert_holds(&stderr, "may not specify more than 1 handler type");
+    let (ok, stderr) =
+        kubectl_with(&sim, &["create"], &pod("{preStop: {sleep: {seconds: 10}}}")).await;
+    assert!(ok, "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_refuses_a_deployment_without_a_selector_or_containers() {
     let sim = start().await;
     let doc = WEB_DEPLOYMENT.replace("  selector:\n    matchLabels: {app: web}\n", "");

@@ -83,6 +83,27 @@ pub async fn liveness(target: Target, probe: Value) {
 }
 
 /// Runs a probe once within its `timeoutSeconds`.
+/// Runs a lifecycle hook's handler (`exec` or `httpGet`) against the container, as the kubelet runs
+/// `preStop`; `Err` says what failed, worded like the kubelet's hook errors.
+pub async fn hook(target: &Target, handler: &Value) -> Result<(), String> {
+    if handler.get("tcpSocket").is_some() {
+        return Err("TCPSocket is not supported as a lifecycle handler".to_string());
+    }
+    if attempt(target, handler).await {
+        return Ok(());
+    }
+    Err(match handler.pointer("/exec/command") {
+        Some(command) => format!("Exec lifecycle hook ({command}) failed"),
+        None => format!(
+            "HTTP lifecycle hook ({}) failed",
+            handler
+                .pointer("/httpGet/path")
+                .and_then(Value::as_str)
+                .unwrap_or("/")
+        ),
+    })
+}
+
 async fn once(target: &Target, probe: &Value) -> bool {
     let timeout = seconds(probe, "timeoutSeconds", 1.0).max(Duration::from_millis(100));
     tokio::time::timeout(timeout, attempt(target, probe))
