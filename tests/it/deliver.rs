@@ -20,6 +20,7 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 const RELOAD: deliver::ReloadFlags = deliver::ReloadFlags {
     timeout: TIMEOUT,
     wait_for_termination: false,
+    prune: true,
 };
 
 /// What runs the app.
@@ -499,17 +500,22 @@ fn a_worker_pool_rolls_through_its_controller_and_the_wait_holds_it_to_the_gener
 #[test]
 fn old_pods_that_drain_slowly_hold_a_push_only_when_asked() {
     let app = App::new();
-    // The app runs as PID 1 with no SIGTERM handler, so the engine lets it
-    // run out the whole grace period: old pods take 20 s to terminate.
+    // A `preStop` sleep holds each old pod for 20 s after its deletion, as
+    // apps that drain connections before they stop do.
     let manifest = app.dir.join("manifests/app.yaml");
     let text = std::fs::read_to_string(&manifest).unwrap();
-    app.write(
-        "manifests/app.yaml",
-        &text.replace(
+    let probe = "readinessProbe: {httpGet: {path: /, port: 8080}, periodSeconds: 1}\n";
+    let draining = text
+        .replace(
             "terminationGracePeriodSeconds: 1",
-            "terminationGracePeriodSeconds: 20",
-        ),
-    );
+            "terminationGracePeriodSeconds: 21",
+        )
+        .replace(
+            probe,
+            &format!("{probe}        lifecycle: {{preStop: {{sleep: {{seconds: 20}}}}}}\n"),
+        );
+    assert!(draining.contains("preStop"), "{draining}");
+    app.write("manifests/app.yaml", &draining);
     let config = app.config();
     up(&config).expect("dev up");
 
