@@ -23,6 +23,12 @@ use crate::{
     state::State,
 };
 
+pub mod applyset;
+mod prune;
+
+pub use applyset::{ApplySet, Member};
+pub use prune::would_prune;
+
 /// The field manager of everything the harness applies.
 pub const FIELD_MANAGER: &str = "dev-env";
 
@@ -64,6 +70,13 @@ pub enum Error {
     },
     #[error("CRD `{name}` was not Established within {}s; check `kubectl get crd {name} -o yaml`", timeout.as_secs())]
     NotEstablished { name: String, timeout: Duration },
+    #[error(
+        "{at}: {what} already carries the label `{}`; dev-env sets it on every object it applies, remove it from the manifest",
+        applyset::PART_OF
+    )]
+    Labelled { at: String, what: String },
+    #[error(transparent)]
+    ApplySet(#[from] applyset::Error),
     #[error("cannot watch CRD `{name}` until it is Established")]
     Watch {
         name: String,
@@ -183,29 +196,49 @@ pub fn local_registry_hosting(config: &Config, host: &str) -> Value {
     })
 }
 
+/// How [`apply_all`] runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Options<'a> {
+    /// Repository path → pinned image, from [`pinned_images`].
+    pub pins: &'a HashMap<String, String>,
+    /// Deadline of the wait for CRDs to be established.
+    pub timeout: Duration,
+    /// The set every applied object joins.
+    pub set: &'a ApplySet,
+    /// Delete the set's members that the manifests no longer declare.
+    pub prune: bool,
+}
+
+/// What [`apply_all`] did.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub applied: Vec<Applied>,
+    /// Members of the set deleted because no manifest declares them.
+    pub pruned: Vec<Member>,
+}
+
 /// Applies `manifests` (already in apply order) with images pinned, all or
 /// nothing: every object is first validated by the server (a dry run with
 /// strict field validation), and nothing is applied unless all pass. Custom
 /// resources whose CRD the same set declares cannot be validated before
 /// that CRD exists: they are validated once the CRDs are applied and
 /// established, before any other object is applied.
+///
+/// Every object joins the environment's ApplySet; once all are applied, the
+/// set's members that no manifest declares any more are pruned.
 pub async fn apply_all(
     client: &Client,
     manifests: &[Manifest],
-    pins: &HashMap<String, String>,
-    timeout: Duration,
-) -> Result<Vec<Applied>, Error> {
-    let objects: Vec<Object<'_>> = manifests
-        .iter()
-        .map(|manifest| {
-            let mut object = manifest.object.clone();
-            pin_images(&mut object, pins);
-            Object { manifest, object }
-        })
-        .collect();
+    options: Options<'_>,
+) -> Result<Report, Error> {
+    let objects = prepare(manifests, options)?;
     let mut kinds = Kinds::default();
     let declared = Declared::of(&objects);
     let deferred = validate(client, &mut kinds, &objects, &declared, Validation::Now).await?;
+    let recorded = options.set.recorded(client).await?;
+    let mut scope = recorded.clone();
+    scope.extend(&prune::scope_of(manifests, &kinds));
+    options.set.record(client, &scope).await?;
 
     let (crds, rest): (Vec<&Object<'_>>, Vec<&Object<'_>>) = objects
         .iter()
@@ -215,7 +248,7 @@ pub async fn apply_all(
         applied.push(apply_one(client, &mut kinds, &crd.at(), &crd.object, Mode::Apply).await?);
     }
     let names: Vec<String> = crds.iter().map(|c| c.manifest.name.clone()).collect();
-    wait_established(client, &names, timeout).await?;
+    wait_established(client, &names, options.timeout).await?;
     if !deferred.is_empty() {
         let deferred: Vec<Object<'_>> = deferred.into_iter().cloned().collect();
         validate(
@@ -239,7 +272,41 @@ pub async fn apply_all(
             .await?,
         );
     }
-    Ok(applied)
+    let pruned = if options.prune {
+        let declared = prune::members(manifests, &kinds);
+        let pruned = prune::prune(client, &mut kinds, options.set, &scope, &declared).await?;
+        options
+            .set
+            .record(client, &prune::scope_of(manifests, &kinds))
+            .await?;
+        pruned
+    } else {
+        Vec::new()
+    };
+    Ok(Report { applied, pruned })
+}
+
+/// The objects to send: images pinned, the set's label added; a manifest
+/// that sets that label itself is refused before anything is sent.
+fn prepare<'m>(manifests: &'m [Manifest], options: Options<'_>) -> Result<Vec<Object<'m>>, Error> {
+    manifests
+        .iter()
+        .map(|manifest| {
+            if manifest.object["metadata"]["labels"]
+                .get(applyset::PART_OF)
+                .is_some()
+            {
+                return Err(Error::Labelled {
+                    at: format!("{}:{}", manifest.file.display(), manifest.line),
+                    what: manifest.display_name(),
+                });
+            }
+            let mut object = manifest.object.clone();
+            pin_images(&mut object, options.pins);
+            applyset::label(&mut object, options.set);
+            Ok(Object { manifest, object })
+        })
+        .collect()
 }
 
 /// A manifest with its images pinned: what is sent.
@@ -256,7 +323,7 @@ impl Object<'_> {
 }
 
 /// The kinds the cluster serves, looked up once each.
-type Kinds = HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>;
+pub(crate) type Kinds = HashMap<GroupVersionKind, (ApiResource, ApiCapabilities)>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Validation {
@@ -542,93 +609,4 @@ async fn wait_established(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn images_of_pushed_components_are_pinned_wherever_containers_are() {
-        let pins = HashMap::from([(
-            String::from("demo/worker"),
-            format!("reg:5000/demo/worker@sha256:{}", "a".repeat(64)),
-        )]);
-        let mut pool = json!({
-            "kind": "WorkerPool",
-            "spec": {"template": {"spec": {
-                "initContainers": [{"name": "init", "image": "other-env-registry:5000/demo/worker:dev"}],
-                "containers": [
-                    {"name": "worker", "image": "reg:5000/demo/worker:dev"},
-                    {"name": "sidecar", "image": "reg:5000/demo/worker-helper:dev"},
-                ]
-            }}}
-        });
-        assert_eq!(pin_images(&mut pool, &pins), 2);
-        assert_eq!(
-            pool["spec"]["template"]["spec"]["containers"][0]["image"],
-            pins["demo/worker"]
-        );
-        assert_eq!(
-            pool["spec"]["template"]["spec"]["containers"][1]["image"],
-            "reg:5000/demo/worker-helper:dev"
-        );
-        // Pinning twice changes nothing.
-        assert_eq!(pin_images(&mut pool, &pins), 0);
-    }
-
-    #[test]
-    fn a_refusal_points_at_the_field_it_names_in_the_document() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("web.yaml");
-        std::fs::write(
-            &file,
-            "apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n---\napiVersion: apps/v1\nkind: Deployment\n\
-             metadata: {name: web}\nspec:\n  replicaz: 1\n  template:\n    spec:\n      containers:\n      - name: w\n        imagePullPolicyy: x\n",
-        )
-        .unwrap();
-        let manifest = Manifest {
-            file: file.clone(),
-            line: 5,
-            api_version: String::from("apps/v1"),
-            kind: String::from("Deployment"),
-            name: String::from("web"),
-            namespace: None,
-            object: json!({}),
-        };
-        let at = |message: &str| locate_problem(&manifest, message);
-        let file = file.display();
-        assert_eq!(
-            at(r#"strict decoding error: unknown field "spec.replicaz" (400 BadRequest)"#),
-            format!("{file}:9:3")
-        );
-        assert_eq!(
-            at(".spec.template.spec.containers[0].imagePullPolicyy: field not declared in schema"),
-            format!("{file}:14:9")
-        );
-        assert_eq!(at("namespaces \"x\" not found"), format!("{file}:5"));
-        assert_eq!(at(r#"unknown field "spec.absent""#), format!("{file}:5"));
-    }
-
-    #[test]
-    fn path_of_drops_only_a_registry_host() {
-        assert_eq!(path_of("reg:5000/demo/worker"), "demo/worker");
-        assert_eq!(path_of("registry.example.com/demo/worker"), "demo/worker");
-        assert_eq!(path_of("localhost/w"), "w");
-        assert_eq!(path_of("demo/worker"), "demo/worker");
-    }
-
-    #[test]
-    fn repository_of_strips_tags_and_digests_but_not_ports() {
-        assert_eq!(
-            repository_of("reg:5000/demo/worker:dev"),
-            "reg:5000/demo/worker"
-        );
-        assert_eq!(
-            repository_of("reg:5000/demo/worker"),
-            "reg:5000/demo/worker"
-        );
-        assert_eq!(
-            repository_of("reg:5000/demo/worker@sha256:ab"),
-            "reg:5000/demo/worker"
-        );
-        assert_eq!(repository_of("reg:5000/w:dev@sha256:ab"), "reg:5000/w");
-    }
-}
+mod tests;

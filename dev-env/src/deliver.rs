@@ -110,6 +110,8 @@ pub struct ReloadFlags {
     pub timeout: Duration,
     /// Hold each wait until old pods are gone, not only terminating.
     pub wait_for_termination: bool,
+    /// Delete what the manifests no longer declare before restarting.
+    pub prune: bool,
 }
 
 /// A client for the cluster of `config`: the node's `kubeconfig.host`, or
@@ -142,6 +144,16 @@ async fn wait_options(config: &Config, timeout: Duration) -> WaitOptions {
         pending_grace: config.cluster.pod_start_grace,
         node,
     }
+}
+
+/// A client for the cluster and the options of the waits on it, or why the
+/// cluster cannot be reached.
+type Connected = Result<(kube::Client, WaitOptions), kubeconfig::Error>;
+
+/// Reaches the cluster of `config` and the node the waits watch, at once.
+async fn connect(config: &Config, timeout: Duration) -> Connected {
+    let (client, options) = tokio::join!(cluster_client(config), wait_options(config, timeout));
+    Ok((client?, options))
 }
 
 /// Builds, pushes and (unless told not to) rolls out `components`, waiting
@@ -183,7 +195,7 @@ async fn push_until(
     for name in components {
         tell(reporter, name, Phase::Push, "building");
     }
-    let pushes = image::push_components(
+    let pushing = image::push_components(
         config,
         &registry,
         components,
@@ -191,8 +203,16 @@ async fn push_until(
             output: flags.verbose.then_some(reporter),
             cancel,
         },
-    )
-    .await;
+    );
+    // The cluster is reached while the images build and upload, so the
+    // rollout starts the moment they are pushed.
+    let connecting = async {
+        match flags.rollout {
+            true => Some(connect(config, flags.timeout).await),
+            false => None,
+        }
+    };
+    let (pushes, connected) = tokio::join!(pushing, connecting);
     let mut outcomes: Vec<Outcome> = Vec::new();
     let mut pushed: Vec<(usize, Pushed)> = Vec::new();
     for (name, result) in components.iter().zip(pushes) {
@@ -226,8 +246,10 @@ async fn push_until(
         }
         outcomes.push(outcome);
     }
-    if flags.rollout && !pushed.is_empty() {
-        roll_pushed(config, &pushed, &mut outcomes, flags, reporter).await;
+    if let Some(connected) = connected
+        && !pushed.is_empty()
+    {
+        roll_pushed(config, connected, &pushed, &mut outcomes, flags, reporter).await;
     }
     for outcome in &mut outcomes {
         outcome.elapsed_ms = started.elapsed().as_millis() as u64;
@@ -239,13 +261,14 @@ async fn push_until(
 /// result in its outcome.
 async fn roll_pushed(
     config: &Config,
+    connected: Connected,
     pushed: &[(usize, Pushed)],
     outcomes: &mut [Outcome],
     flags: PushFlags,
     reporter: &dyn Reporter,
 ) {
-    let client = match cluster_client(config).await {
-        Ok(client) => client,
+    let (client, options) = match connected {
+        Ok(connected) => connected,
         Err(e) => {
             let error = crate::error_chain(&e);
             for (i, _) in pushed {
@@ -258,7 +281,7 @@ async fn roll_pushed(
     let rolling = Rolling {
         client: &client,
         config,
-        options: &wait_options(config, flags.timeout).await,
+        options: &options,
         reporter,
     };
     let rolls = pushed.iter().map(|(i, p)| {
@@ -295,18 +318,24 @@ pub async fn reload(
     let _lock = lock::environment(config, reporter).await?;
     let state = State::load(&config.state_dir())?;
     let client = cluster_client(config).await?;
-    let applied = apply::apply_all(
-        &client,
-        &manifests,
-        &apply::pinned_images(config, &state),
+    let set = apply::ApplySet::of_environment(&config.name);
+    let options = apply::Options {
+        pins: &apply::pinned_images(config, &state),
         timeout,
-    )
-    .await;
-    if let Err(err) = applied {
-        return Err(match node::node_down(config).await {
-            Some(down) => down.into(),
-            None => err.into(),
-        });
+        set: &set,
+        prune: flags.prune,
+    };
+    match apply::apply_all(&client, &manifests, options).await {
+        Ok(report) if !report.pruned.is_empty() => reporter.report(&Event::Pruned {
+            objects: report.pruned.iter().map(ToString::to_string).collect(),
+        }),
+        Ok(_) => {}
+        Err(err) => {
+            return Err(match node::node_down(config).await {
+                Some(down) => down.into(),
+                None => err.into(),
+            });
+        }
     }
     let rolling = Rolling {
         client: &client,

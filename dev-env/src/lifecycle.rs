@@ -22,7 +22,7 @@ use bollard::Docker;
 
 pub use self::{
     down::{DownOptions, DownReport, down},
-    dry_run::{DryRun, dry_run},
+    dry_run::{DryRun, DryRunOptions, dry_run},
     node_image::{BuildError, SIM_SOURCE_LABEL, build_sim_image, sim_source_hash, sim_workspace},
 };
 use crate::{
@@ -125,6 +125,8 @@ pub struct UpOptions {
     pub verbose: bool,
     /// Deadline of each wait on the cluster.
     pub timeout: Duration,
+    /// Delete what the manifests no longer declare (`--no-prune` skips it).
+    pub prune: bool,
 }
 
 /// What `up` did, step by step, for the user.
@@ -140,9 +142,21 @@ pub struct UpReport {
     /// the registry.
     pub pushed: Vec<String>,
     pub applied: Vec<Applied>,
+    /// Objects of the environment's ApplySet that no manifest declares any
+    /// more, deleted.
+    pub pruned: Vec<apply::Member>,
 }
 
 impl UpReport {
+    /// `; pruned 2 object(s): ConfigMap/shop/a, …`, or nothing.
+    pub fn pruned_summary(&self) -> String {
+        if self.pruned.is_empty() {
+            return String::new();
+        }
+        let names: Vec<String> = self.pruned.iter().map(ToString::to_string).collect();
+        format!("; pruned {} object(s): {}", names.len(), names.join(", "))
+    }
+
     /// What `up` created, reused and changed, for `dev up --json`.
     pub fn summary(&self) -> serde_json::Value {
         let network = self.network.as_ref().and_then(network_step);
@@ -166,6 +180,7 @@ impl UpReport {
             "recreated": self.recreated.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "pushed": self.pushed,
             "applied": self.applied.iter().map(|a| serde_json::json!({"object": a.name, "changed": a.changed})).collect::<Vec<_>>(),
+            "pruned": self.pruned.iter().map(ToString::to_string).collect::<Vec<_>>(),
         })
     }
 }
@@ -252,20 +267,25 @@ pub async fn up(
     let hosting = apply::local_registry_hosting(config, &registry.host);
     let mut applied = vec![apply::apply_value(&cluster.client, &hosting).await?];
     let state = State::load(&config.state_dir())?;
-    applied.extend(
-        apply::apply_all(
-            &cluster.client,
-            &manifests,
-            &apply::pinned_images(config, &state),
-            options.timeout,
-        )
-        .await?,
-    );
+    let set = apply::ApplySet::of_environment(&config.name);
+    let apply_options = apply::Options {
+        pins: &apply::pinned_images(config, &state),
+        timeout: options.timeout,
+        set: &set,
+        prune: options.prune,
+    };
+    let report = apply::apply_all(&cluster.client, &manifests, apply_options).await?;
+    applied.extend(report.applied);
     let changed = applied.iter().filter(|a| a.changed).count();
     reporter.report(&Event::Applied {
         objects: applied.len(),
         changed,
     });
+    if !report.pruned.is_empty() {
+        reporter.report(&Event::Pruned {
+            objects: report.pruned.iter().map(ToString::to_string).collect(),
+        });
+    }
     let probe = (config.cluster.provider != Provider::Existing).then(|| NodeProbe {
         docker: docker.clone(),
         container: config.node_name(),
@@ -282,6 +302,7 @@ pub async fn up(
         recreated: drifts,
         pushed,
         applied,
+        pruned: report.pruned,
     })
 }
 

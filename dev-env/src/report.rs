@@ -87,6 +87,11 @@ pub enum Event {
         objects: usize,
         changed: usize,
     },
+    /// Objects deleted because no manifest declares them any more,
+    /// `Kind/namespace/name`.
+    Pruned {
+        objects: Vec<String>,
+    },
     /// A component's progress through push-image or reload.
     Component {
         component: String,
@@ -227,6 +232,14 @@ impl fmt::Display for Event {
             Event::Pushing { component, why } => write!(f, "pushing  {component} ({why})"),
             Event::Applied { objects, changed } => {
                 write!(f, "applied  {objects} objects ({changed} changed)")
+            }
+            Event::Pruned { objects } => {
+                write!(
+                    f,
+                    "pruned   {} object(s) no manifest declares: {}",
+                    objects.len(),
+                    objects.join(", ")
+                )
             }
             Event::Component {
                 component,

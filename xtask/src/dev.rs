@@ -28,7 +28,13 @@ impl flags::Up {
         let config = ctx.config()?;
         if self.dry_run {
             let plan = ctx
-                .block_on(lifecycle::dry_run(&config, self.recreate))?
+                .block_on(lifecycle::dry_run(
+                    &config,
+                    lifecycle::DryRunOptions {
+                        recreate: self.recreate,
+                        prune: !self.no_prune,
+                    },
+                ))?
                 .context("dev up --dry-run")?;
             out!("{plan}");
             return Ok(ExitCode::SUCCESS);
@@ -37,6 +43,7 @@ impl flags::Up {
             recreate: self.recreate,
             verbose: ctx.verbose,
             timeout: UP_TIMEOUT,
+            prune: !self.no_prune,
         };
         let started = std::time::Instant::now();
         let reporter = ctx.reporter(self.json);
@@ -47,9 +54,10 @@ impl flags::Up {
             outln!("{}", serde_json::to_string_pretty(&report.summary())?);
         } else {
             ctx.say(format!(
-                "dev up: `{}` is up ({:.1}s)",
+                "dev up: `{}` is up ({:.1}s){}",
                 config.name,
-                started.elapsed().as_secs_f64()
+                started.elapsed().as_secs_f64(),
+                report.pruned_summary()
             ));
         }
         Ok(ExitCode::SUCCESS)

@@ -80,9 +80,12 @@ pub struct Up {
     /// registry's data volume is kept)
     #[arg(long)]
     pub recreate: bool,
-    /// Print the plan and change nothing
+    /// Print the plan, and what would be pruned, and change nothing
     #[arg(long)]
     pub dry_run: bool,
+    /// Keep the objects the manifests no longer declare, for this run
+    #[arg(long)]
+    pub no_prune: bool,
     /// Print what was created, reused and changed as JSON (progress goes to
     /// stderr as JSON lines)
     #[arg(long, conflicts_with = "dry_run")]
@@ -166,6 +169,9 @@ pub struct Reload {
     /// Components to restart [default: all declared]
     #[arg(value_name = "COMPONENT")]
     pub components: Vec<String>,
+    /// Keep the objects the manifests no longer declare, for this run
+    #[arg(long)]
+    pub no_prune: bool,
     #[command(flatten)]
     pub rollout: RolloutFlags,
 }

@@ -145,6 +145,7 @@ impl Bench {
             recreate: false,
             verbose: false,
             timeout: LOOP_TIMEOUT,
+            prune: true,
         };
         lifecycle::up(&self.config, options, &Silent)
             .await

@@ -4,7 +4,13 @@
 use std::fmt;
 
 use super::{Error, drift};
-use crate::{config::Config, docker, manifest, plan::Plan, state::State};
+use crate::{
+    apply::{self, ApplySet, Member},
+    config::Config,
+    docker, kubeconfig, manifest,
+    plan::Plan,
+    state::State,
+};
 
 /// What `dev up` would do.
 #[derive(Debug)]
@@ -12,15 +18,28 @@ pub struct DryRun {
     pub plan: Plan,
     /// The drift of what exists, or why it could not be compared.
     pub drift: Result<Vec<crate::plan::Drift>, Error>,
-    /// Whether `--recreate` was asked.
+    /// What a prune would delete (`None`: no cluster to ask yet), or why
+    /// it could not be asked.
+    pub prune: Result<Option<Vec<Member>>, String>,
+    pub options: DryRunOptions,
+}
+
+/// What the `dev up` being previewed was asked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DryRunOptions {
+    /// `--recreate`.
     pub recreate: bool,
+    /// Whether it would prune (not `--no-prune`).
+    pub prune: bool,
 }
 
 /// Reads the config's state and manifests and compares what exists with
-/// the plan; changes nothing.
-pub async fn dry_run(config: &Config, recreate: bool) -> Result<DryRun, Error> {
+/// the plan, and the environment's ApplySet with the manifests; changes
+/// nothing.
+pub async fn dry_run(config: &Config, options: DryRunOptions) -> Result<DryRun, Error> {
     let state = State::load(&config.state_dir())?;
     let manifests = manifest::load(&config.manifests)?;
+    let prune = would_prune(config, &manifests).await;
     let plan = Plan::new(config, &state, manifests);
     let drift = match docker::connect().await {
         Ok(docker) => drift(&docker, config).await,
@@ -29,8 +48,32 @@ pub async fn dry_run(config: &Config, recreate: bool) -> Result<DryRun, Error> {
     Ok(DryRun {
         plan,
         drift,
-        recreate,
+        prune,
+        options,
     })
+}
+
+/// The members of the environment's ApplySet the manifests no longer
+/// declare; `None` when the environment has no cluster yet.
+async fn would_prune(
+    config: &Config,
+    manifests: &[manifest::Manifest],
+) -> Result<Option<Vec<Member>>, String> {
+    let exists = match config.cluster.provider {
+        crate::config::Provider::Existing => true,
+        _ => config.state_dir().join(kubeconfig::HOST_FILE).is_file(),
+    };
+    if !exists {
+        return Ok(None);
+    }
+    let client = crate::deliver::cluster_client(config)
+        .await
+        .map_err(|e| crate::error_chain(&e))?;
+    let set = ApplySet::of_environment(&config.name);
+    apply::would_prune(&client, manifests, &set)
+        .await
+        .map(Some)
+        .map_err(|e| crate::error_chain(&e))
 }
 
 impl fmt::Display for DryRun {
@@ -43,7 +86,7 @@ impl fmt::Display for DryRun {
                 for d in drifts {
                     writeln!(f, "{d}")?;
                 }
-                let verb = if self.recreate {
+                let verb = if self.options.recreate {
                     "would be recreated"
                 } else {
                     "block `dev up`; add --recreate"
@@ -51,6 +94,25 @@ impl fmt::Display for DryRun {
                 writeln!(f, "{} drifted object(s) {verb}", drifts.len())?;
             }
             Err(e) => writeln!(f, "cannot compare with what exists: {e}")?,
+        }
+        match &self.prune {
+            Ok(None) => {}
+            Ok(Some(members)) if members.is_empty() => writeln!(
+                f,
+                "nothing to prune: every object applied before is still declared"
+            )?,
+            Ok(Some(members)) => {
+                let verb = if self.options.prune {
+                    "would be pruned"
+                } else {
+                    "no longer declared, kept (--no-prune)"
+                };
+                for m in members {
+                    writeln!(f, "{m}: {verb}")?;
+                }
+                writeln!(f, "{} object(s) {verb}", members.len())?;
+            }
+            Err(e) => writeln!(f, "cannot tell what would be pruned: {e}")?,
         }
         writeln!(f, "dry run: nothing was changed")
     }
@@ -75,7 +137,8 @@ mod tests {
         let clean = DryRun {
             plan: plan.clone(),
             drift: Ok(Vec::new()),
-            recreate: false,
+            prune: Ok(None),
+            options: DryRunOptions::default(),
         };
         let text = clean.to_string();
         assert!(
@@ -99,12 +162,20 @@ mod tests {
                     now: String::from("10.1.0.0/24"),
                 }],
             }]),
-            recreate: true,
+            prune: Ok(Some(vec![Member {
+                kind: apply::applyset::GroupKind::of("v1", "ConfigMap"),
+                namespace: Some(String::from("shop")),
+                name: String::from("old"),
+            }])),
+            options: DryRunOptions {
+                recreate: true,
+                prune: true,
+            },
         };
         let text = drifted.to_string();
         assert!(
             text.ends_with(
-                "    ipv4Subnet: 10.0.0.0/24 -> 10.1.0.0/24\n1 drifted object(s) would be recreated\ndry run: nothing was changed\n"
+                "    ipv4Subnet: 10.0.0.0/24 -> 10.1.0.0/24\n1 drifted object(s) would be recreated\nConfigMap/shop/old: would be pruned\n1 object(s) would be pruned\ndry run: nothing was changed\n"
             ),
             "{text}"
         );

@@ -125,6 +125,7 @@ pub async fn run(
         recreate: false,
         verbose: false,
         timeout: options.timeout,
+        prune: true,
     };
     lifecycle::up(&config, up, reporter).await?;
     let inputs = Inputs::derive(&config)?;
@@ -295,6 +296,7 @@ impl<'a> Loop<'a> {
             recreate: false,
             verbose: false,
             timeout: self.options.timeout,
+            prune: true,
         }
     }
 
