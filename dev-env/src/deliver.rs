@@ -201,6 +201,7 @@ async fn push_until(
         components,
         PushOptions {
             output: flags.verbose.then_some(reporter),
+            progress: Some(reporter),
             cancel,
         },
     );

@@ -114,6 +114,8 @@ pub struct PushOptions<'a> {
     /// Where build output goes as it comes (`--verbose`); `None` shows it
     /// only on failure.
     pub output: Option<&'a dyn crate::report::Reporter>,
+    /// Where the progress of builds that compile goes.
+    pub progress: Option<&'a dyn crate::report::Reporter>,
     /// Set to stop the builds.
     pub cancel: Option<&'a cargo::Cancel>,
 }
@@ -235,9 +237,15 @@ pub async fn push_component(
                 package,
                 bin,
                 lines: None,
+                progress: None,
                 cancel: options.cancel.cloned(),
             };
-            push_cargo(&target, build, before.as_ref(), options.output).await?
+            let sinks = cargo::Sinks {
+                lines: options.output,
+                progress: options.progress,
+                what: name,
+            };
+            push_cargo(&target, build, before.as_ref(), sinks).await?
         }
         Build::Docker {
             context,
@@ -261,6 +269,7 @@ pub async fn push_component(
                 binary: binary.as_ref(),
                 root: &config.root,
                 cancel: options.cancel,
+                progress: options.progress,
             };
             push_docker(&target, docker, build, staged, before.as_ref()).await?
         }
@@ -315,10 +324,10 @@ async fn push_cargo(
     target: &Target<'_>,
     build: cargo::CargoBuild<'_>,
     before: Option<&distribution::Manifest>,
-    output: Option<&dyn crate::report::Reporter>,
+    sinks: cargo::Sinks<'_>,
 ) -> Result<Upload, Error> {
     let (registry, repo) = (target.registry, target.repo);
-    let image = cargo::off_runtime(build, cargo::build_image, output)
+    let image = cargo::off_runtime(build, cargo::build_image, sinks)
         .await
         .map_err(|e| target.cargo_error(e))?;
     let mut upload = Upload {
@@ -359,6 +368,7 @@ struct Staged<'a> {
     binary: Option<&'a CargoBinary>,
     root: &'a Path,
     cancel: Option<&'a cargo::Cancel>,
+    progress: Option<&'a dyn crate::report::Reporter>,
 }
 
 /// The Docker backend: builds through the engine (with the staged binary
@@ -418,9 +428,15 @@ async fn stage_binary(
         package: &binary.package,
         bin: &binary.bin,
         lines: None,
+        progress: None,
         cancel: staged.cancel.cloned(),
     };
-    let path = cargo::off_runtime(build, cargo::build_binary, output)
+    let sinks = cargo::Sinks {
+        lines: output,
+        progress: staged.progress,
+        what: target.component,
+    };
+    let path = cargo::off_runtime(build, cargo::build_binary, sinks)
         .await
         .map_err(|e| target.cargo_error(e))?;
     Ok((binary.bin.clone(), path))

@@ -478,6 +478,7 @@ async fn ensure_images(
         image::PushOptions {
             cancel: None,
             output: options.verbose.then_some(reporter),
+            progress: Some(reporter),
         },
     )
     .await;

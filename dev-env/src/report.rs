@@ -102,6 +102,13 @@ pub enum Event {
     BuildOutput {
         line: String,
     },
+    /// How far a build that compiles is: `done` of `total` crates.
+    BuildProgress {
+        /// What is built: a component, or the node image.
+        what: String,
+        done: usize,
+        total: Option<usize>,
+    },
     /// `watch` watches the inputs of `components` in `directories` directories.
     Watching {
         components: Vec<String>,
@@ -247,6 +254,10 @@ impl fmt::Display for Event {
                 detail,
             } => write!(f, "{component}: {phase}: {detail}"),
             Event::BuildOutput { line } => f.write_str(line.trim_end()),
+            Event::BuildProgress { what, done, total } => match total {
+                Some(total) => write!(f, "building {what}: {done}/{total} crates"),
+                None => write!(f, "building {what}: {done} crates"),
+            },
             Event::Watching {
                 components,
                 directories,

@@ -12,6 +12,7 @@ use dev_env_tests::{
 
 const QUIET: PushOptions<'static> = PushOptions {
     output: None,
+    progress: None,
     cancel: None,
 };
 
@@ -103,6 +104,7 @@ fn two_clean_cargo_builds_give_byte_identical_manifests() {
         package: "hello",
         bin: "hello",
         lines: None,
+        progress: None,
         cancel: None,
     };
     let target_dir = project.root().join(image::cargo::TARGET_DIR);
@@ -123,6 +125,47 @@ fn two_clean_cargo_builds_give_byte_identical_manifests() {
     .unwrap();
     assert_ne!(elsewhere.root(), project.root());
     assert_eq!(third.manifest.digest, first.manifest.digest);
+}
+
+#[tokio::test]
+async fn a_build_that_compiles_reports_its_progress_and_an_up_to_date_one_stays_silent() {
+    let project = Project::new("127.0.0.1:1");
+    let recorder = dev_env_tests::Recorder::default();
+    let build = || image::cargo::CargoBuild {
+        root: project.root(),
+        package: "hello",
+        bin: "hello",
+        lines: None,
+        progress: None,
+        cancel: None,
+    };
+    let sinks = image::cargo::Sinks {
+        lines: None,
+        progress: Some(&recorder),
+        what: "hello",
+    };
+    image::cargo::off_runtime(build(), image::cargo::build_binary, sinks)
+        .await
+        .unwrap();
+    let progress = recorder.lines.lock().unwrap().clone();
+    assert!(progress.len() >= 2, "{progress:?}");
+    assert!(
+        progress.iter().all(|l| l.starts_with("building hello: ")),
+        "{progress:?}"
+    );
+    // Counted up to the total `cargo tree` gives.
+    let last = progress.last().unwrap();
+    let counts = last
+        .trim_start_matches("building hello: ")
+        .trim_end_matches(" crates");
+    let (done, total) = counts.split_once('/').expect("a total");
+    assert_eq!(done, total, "{progress:?}");
+
+    recorder.lines.lock().unwrap().clear();
+    image::cargo::off_runtime(build(), image::cargo::build_binary, sinks)
+        .await
+        .unwrap();
+    assert_eq!(*recorder.lines.lock().unwrap(), Vec::<String>::new());
 }
 
 #[tokio::test]

@@ -31,8 +31,15 @@ pub(crate) struct Terminal {
     style: Style,
     multi: Option<MultiProgress>,
     bars: Mutex<HashMap<String, ProgressBar>>,
+    /// The bars of builds that compile, by what they build.
+    builds: Mutex<HashMap<String, ProgressBar>>,
+    /// When a build's progress was last printed as a line.
+    printed: Mutex<HashMap<String, Instant>>,
     started: Instant,
 }
+
+/// How often a build's progress is printed as a line off a terminal.
+const PROGRESS_LINES_EVERY: Duration = Duration::from_secs(5);
 
 impl Terminal {
     pub(crate) fn new(style: Style) -> Terminal {
@@ -43,13 +50,22 @@ impl Terminal {
             style,
             multi,
             bars: Mutex::new(HashMap::new()),
+            builds: Mutex::new(HashMap::new()),
+            printed: Mutex::new(HashMap::new()),
             started: Instant::now(),
         }
     }
 
     /// Leaves the bars as they are on screen.
     pub(crate) fn finish(&self) {
-        for bar in self.bars.lock().expect("progress lock").values() {
+        let builds = self.builds.lock().expect("progress lock");
+        for bar in self
+            .bars
+            .lock()
+            .expect("progress lock")
+            .values()
+            .chain(builds.values())
+        {
             if !bar.is_finished() {
                 bar.abandon();
             }
@@ -64,6 +80,40 @@ impl Terminal {
             }
             None => eprintln!("{text}"),
         }
+    }
+
+    /// A bar of `done`/`total` crates for what a build makes.
+    fn build_bar(&self, multi: &MultiProgress, what: &str, done: usize, total: Option<usize>) {
+        let mut builds = self.builds.lock().expect("progress lock");
+        let bar = builds.entry(what.to_string()).or_insert_with(|| {
+            let bar = multi.add(ProgressBar::new(0));
+            bar.set_style(
+                ProgressStyle::with_template("building {prefix} [{bar:30}] {pos}/{len} crates")
+                    .expect("valid template")
+                    .progress_chars("=> "),
+            );
+            bar.set_prefix(what.to_string());
+            bar
+        });
+        bar.set_length(total.unwrap_or(done) as u64);
+        bar.set_position(done as u64);
+        if total.is_some_and(|t| done >= t) {
+            bar.finish();
+        }
+    }
+
+    /// Whether a progress line for `what` is due: the first, the last, and
+    /// one every [`PROGRESS_LINES_EVERY`] between.
+    fn progress_due(&self, what: &str, last: bool) -> bool {
+        let mut printed = self.printed.lock().expect("progress lock");
+        let due = last
+            || printed
+                .get(what)
+                .is_none_or(|at| at.elapsed() >= PROGRESS_LINES_EVERY);
+        if due {
+            printed.insert(what.to_string(), Instant::now());
+        }
+        due
     }
 
     fn component(&self, multi: &MultiProgress, component: &str, phase: Phase, detail: &str) {
@@ -126,6 +176,14 @@ impl Reporter for Terminal {
                     },
                     Some(multi),
                 ) => self.component(multi, component, *phase, detail),
+                (Event::BuildProgress { what, done, total }, Some(multi)) => {
+                    self.build_bar(multi, what, *done, *total)
+                }
+                (Event::BuildProgress { what, done, total }, None) => {
+                    if self.progress_due(what, total.is_some_and(|t| *done >= t)) {
+                        self.line(&event.to_string());
+                    }
+                }
                 (Event::Component { .. }, None) => {
                     let elapsed = self.started.elapsed().as_secs_f64();
                     eprintln!("[{elapsed:>6.1}s] {event}");

@@ -174,10 +174,30 @@ fn every_command_keeps_its_output_contract() {
         serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{args:?}: {e}:\n{stdout}"))
     };
 
-    let up = json(&["dev", "up", "--json"]);
+    let (stdout, stderr) = run(&["dev", "up", "--json"]);
+    let up: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(up["pushed"], serde_json::json!(["app"]), "{up}");
+    // The first build of `app` compiles: its progress is reported, counted
+    // up to its total.
+    let progress: Vec<serde_json::Value> = stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "buildProgress" && e["what"] == "app")
+        .collect();
+    assert!(progress.len() >= 2, "{stderr}");
+    let last = progress.last().unwrap();
+    assert!(
+        last["done"].as_u64() >= Some(1) && last["done"] == last["total"],
+        "{last}"
+    );
     // Converged: `-q` prints nothing at all.
     let (stdout, stderr) = run(&["-q", "dev", "up"]);
+    assert_eq!((stdout.as_str(), stderr.as_str()), ("", ""));
+    // A build that compiles under `-q`: no progress either.
+    let main = env.dir.join("app/src/main.rs");
+    let source = std::fs::read_to_string(&main).unwrap();
+    std::fs::write(&main, source.replace("86400", "86401")).unwrap();
+    let (stdout, stderr) = run(&["-q", "push-image", "app"]);
     assert_eq!((stdout.as_str(), stderr.as_str()), ("", ""));
 
     for args in [

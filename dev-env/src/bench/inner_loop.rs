@@ -406,6 +406,7 @@ impl LoopProject {
             package: "app",
             bin: "app",
             lines: None,
+            progress: None,
             cancel: None,
         }
     }

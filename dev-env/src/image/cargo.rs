@@ -19,6 +19,10 @@ use xshell::{Shell, cmd};
 
 use super::oci;
 
+mod progress;
+
+pub use progress::{Progress, ProgressSender};
+
 /// The only target installed here that links fully static binaries.
 pub const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// The target directory of image builds, relative to the workspace root.
@@ -80,6 +84,8 @@ pub struct CargoBuild<'a> {
     /// Where cargo's output goes line by line as it comes (`--verbose`);
     /// `None` shows it only on failure.
     pub lines: Option<LineSender>,
+    /// Where the count of compiled crates goes while crates compile.
+    pub progress: Option<ProgressSender>,
     /// Set to stop the build (its process is killed).
     pub cancel: Option<Cancel>,
 }
@@ -90,12 +96,23 @@ pub type Cancel = std::sync::Arc<std::sync::atomic::AtomicBool>;
 /// The sending end of a build's output, line by line.
 pub type LineSender = tokio::sync::mpsc::UnboundedSender<String>;
 
-/// Runs `step` (a blocking cargo build) off the async runtime; with
-/// `output`, every line cargo prints is reported as it comes.
+/// Where a build's output and progress are reported.
+#[derive(Clone, Copy)]
+pub struct Sinks<'a> {
+    /// Every line cargo prints, as it comes (`--verbose`).
+    pub lines: Option<&'a dyn crate::report::Reporter>,
+    /// How many crates are compiled, while crates compile.
+    pub progress: Option<&'a dyn crate::report::Reporter>,
+    /// What is built, as progress names it.
+    pub what: &'a str,
+}
+
+/// Runs `step` (a blocking cargo build) off the async runtime, reporting
+/// its lines and progress to `sinks`.
 pub async fn off_runtime<T: Send + 'static>(
     build: CargoBuild<'_>,
     step: fn(&CargoBuild<'_>) -> Result<T, Error>,
-    output: Option<&dyn crate::report::Reporter>,
+    sinks: Sinks<'_>,
 ) -> Result<T, Error> {
     let (root, package, bin, cancel) = (
         build.root.to_path_buf(),
@@ -103,21 +120,38 @@ pub async fn off_runtime<T: Send + 'static>(
         build.bin.to_string(),
         build.cancel.clone(),
     );
-    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
-    let lines = output.is_some().then_some(sender);
+    let (line_sender, mut lines) = tokio::sync::mpsc::unbounded_channel();
+    let (progress_sender, mut progress) = tokio::sync::mpsc::unbounded_channel();
+    let line_sender = sinks.lines.is_some().then_some(line_sender);
+    let progress_sender = sinks.progress.is_some().then_some(progress_sender);
     let running = tokio::task::spawn_blocking(move || {
         step(&CargoBuild {
             root: &root,
             package: &package,
             bin: &bin,
-            lines,
+            lines: line_sender,
+            progress: progress_sender,
             cancel,
         })
     });
-    // The channel closes when the build ends and drops its sender.
-    while let Some(line) = receiver.recv().await {
-        if let Some(output) = output {
-            output.report(&crate::report::Event::BuildOutput { line });
+    // Both channels close when the build ends and drops its senders.
+    let (mut lines_open, mut progress_open) = (true, true);
+    while lines_open || progress_open {
+        tokio::select! {
+            line = lines.recv(), if lines_open => match (line, sinks.lines) {
+                (Some(line), Some(to)) => to.report(&crate::report::Event::BuildOutput { line }),
+                (Some(_), None) => {}
+                (None, _) => lines_open = false,
+            },
+            step = progress.recv(), if progress_open => match (step, sinks.progress) {
+                (Some(p), Some(to)) => to.report(&crate::report::Event::BuildProgress {
+                    what: sinks.what.to_string(),
+                    done: p.done,
+                    total: p.total,
+                }),
+                (Some(_), None) => {}
+                (None, _) => progress_open = false,
+            },
         }
     }
     running.await.expect("the cargo build task does not panic")
@@ -147,7 +181,7 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
     let (package, bin) = (build.package, build.bin);
     let cmd = cmd!(
         sh,
-        "{cargo} build --release -p {package} --bin {bin} --target {TARGET}"
+        "{cargo} build --release -p {package} --bin {bin} --target {TARGET} --message-format json-render-diagnostics"
     )
     .env("CARGO_TARGET_DIR", &target_dir)
     .env("CARGO_ENCODED_RUSTFLAGS", rustflags(build.root))
@@ -156,12 +190,17 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
         timeout: BUILD_TIMEOUT,
         cancel: build.cancel.as_ref(),
     };
+    let (root, cargo_bin) = (build.root.to_path_buf(), cargo.clone());
+    let (package_name, progress) = (package.to_string(), build.progress.as_ref());
+    let total = move || crate_count(&root, &cargo_bin, &package_name);
+    let watch = Watch {
+        lines: build.lines.as_ref(),
+        progress: progress.map(|p| (p, Box::new(total) as Total)),
+    };
     let (status, stderr) =
-        run_with_deadline(cmd.into(), build.lines.as_ref(), limits).map_err(|source| {
-            Error::Run {
-                dir: build.root.to_path_buf(),
-                source,
-            }
+        run_with_deadline(cmd.into(), watch, limits).map_err(|source| Error::Run {
+            dir: build.root.to_path_buf(),
+            source,
         })?;
     if build
         .cancel
@@ -196,6 +235,33 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
     Ok(target_dir.join(TARGET).join("release").join(bin))
 }
 
+/// The packages of the build of `package`, as `cargo tree` lists them for
+/// the image target; `None` when it cannot tell.
+fn crate_count(root: &Path, cargo: &str, package: &str) -> Option<usize> {
+    let sh = Shell::new().ok()?;
+    sh.change_dir(root);
+    let format = "{p}";
+    let tree = cmd!(
+        sh,
+        "{cargo} tree -p {package} --target {TARGET} -e normal,build --prefix none --format {format}"
+    )
+    .quiet()
+    .ignore_stderr()
+    .read()
+    .ok()?;
+    Some(progress::packages_in_tree(&tree))
+}
+
+/// Asks for the number of crates of a build.
+type Total = Box<dyn FnOnce() -> Option<usize> + Send>;
+
+/// Who follows a running build: its stderr line by line, its progress.
+#[derive(Default)]
+struct Watch<'a> {
+    lines: Option<&'a LineSender>,
+    progress: Option<(&'a ProgressSender, Total)>,
+}
+
 /// When a build is stopped before it ends.
 struct Limits<'a> {
     timeout: Duration,
@@ -207,14 +273,28 @@ struct Limits<'a> {
 /// it comes; the exit status is `None` when it was stopped.
 fn run_with_deadline(
     mut command: Command,
-    lines: Option<&LineSender>,
+    watch: Watch<'_>,
     limits: Limits<'_>,
 ) -> std::io::Result<(Option<ExitStatus>, String)> {
+    let stdout = match watch.progress {
+        Some(_) => Stdio::piped(),
+        None => Stdio::null(),
+    };
     command
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::piped());
     let mut child = command.spawn()?;
+    let lines = watch.lines;
+    // cargo's messages are read on the side too.
+    let follower = child
+        .stdout
+        .take()
+        .zip(watch.progress)
+        .map(|(out, (to, total))| {
+            let to = to.clone();
+            std::thread::spawn(move || progress::follow(out, &to, total))
+        });
     // Read stderr on the side, so a full pipe never stalls the build.
     let reader = child.stderr.take().map(|stderr| {
         let lines = lines.cloned();
@@ -245,6 +325,9 @@ fn run_with_deadline(
         std::thread::sleep(Duration::from_millis(50));
     };
     let stderr = reader.and_then(|r| r.join().ok()).unwrap_or_default();
+    if let Some(follower) = follower {
+        let _ = follower.join();
+    }
     Ok((status, stderr))
 }
 
@@ -308,7 +391,8 @@ mod tests {
             timeout: Duration::from_secs(30),
             cancel: Some(&cancel),
         };
-        let (status, _) = run_with_deadline(cmd!(sh, "sleep 30").into(), None, limits).unwrap();
+        let (status, _) =
+            run_with_deadline(cmd!(sh, "sleep 30").into(), Watch::default(), limits).unwrap();
         assert_eq!(status, None);
         let took = started.elapsed();
         assert!(
@@ -323,14 +407,14 @@ mod tests {
         let sh = Shell::new().unwrap();
         let (status, _) = run_with_deadline(
             cmd!(sh, "sleep 5").into(),
-            None,
+            Watch::default(),
             within(Duration::from_millis(100)),
         )
         .unwrap();
         assert_eq!(status, None);
         let (status, stderr) = run_with_deadline(
             cmd!(sh, "sh -c 'echo oops >&2; exit 3'").into(),
-            None,
+            Watch::default(),
             within(Duration::from_secs(5)),
         )
         .unwrap();
@@ -344,7 +428,10 @@ mod tests {
         let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
         let (status, stderr) = run_with_deadline(
             cmd!(sh, "sh -c 'echo one >&2; echo two >&2'").into(),
-            Some(&sender),
+            Watch {
+                lines: Some(&sender),
+                progress: None,
+            },
             within(Duration::from_secs(5)),
         )
         .unwrap();

@@ -97,7 +97,12 @@ async fn ensure_sim_image(
         step,
     };
     reporter.report(&step(Step::Building));
-    build_sim_image(docker, &workspace, image, &source, output)
+    let sinks = cargo_build::Sinks {
+        lines: output,
+        progress: Some(reporter),
+        what: "the kube-sim node image",
+    };
+    build_sim_image(docker, &workspace, image, &source, sinks)
         .await
         .map_err(failed)?;
     reporter.report(&step(Step::Built));
@@ -183,16 +188,17 @@ pub async fn build_sim_image(
     root: &Path,
     image: &str,
     source: &str,
-    output: Option<&dyn Reporter>,
+    sinks: cargo_build::Sinks<'_>,
 ) -> Result<(), BuildError> {
     let build = cargo_build::CargoBuild {
         root,
         package: "kube-sim",
         bin: "kube-sim",
         lines: None,
+        progress: None,
         cancel: None,
     };
-    let binary = cargo_build::off_runtime(build, cargo_build::build_binary, output)
+    let binary = cargo_build::off_runtime(build, cargo_build::build_binary, sinks)
         .await
         .map_err(|source| BuildError::Binary { source })?;
     let stage = |source| BuildError::Stage { source };
@@ -216,7 +222,7 @@ pub async fn build_sim_image(
         repository,
         tag,
         staged: &[],
-        output,
+        output: sinks.lines,
     };
     image::docker::build(docker, &build).await?;
     Ok(())
