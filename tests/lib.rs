@@ -364,6 +364,18 @@ impl SimProject {
         }
     }
 
+    /// Writes a `dev-env.yaml` of the sim provider with the manifests under
+    /// `manifests/` and no component.
+    pub fn write_sim_config(&self) {
+        self.write(
+            "dev-env.yaml",
+            &format!(
+                "name: {}\nnetwork: {{ipv4Subnet: {}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n",
+                self.name, self.subnet
+            ),
+        );
+    }
+
     /// Writes `manifests/app.yaml`: a namespace `app` and a ConfigMap
     /// `settings` in it whose `data.mode` is `mode`.
     pub fn write_config_map(&self, mode: &str) {
@@ -381,13 +393,7 @@ impl SimProject {
     pub fn with_config_map(prefix: &str) -> SimProject {
         let env = SimProject::new(prefix);
         env.write_config_map("dev");
-        env.write(
-            "dev-env.yaml",
-            &format!(
-                "name: {}\nnetwork: {{ipv4Subnet: {}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n",
-                env.name, env.subnet
-            ),
-        );
+        env.write_sim_config();
         env
     }
 

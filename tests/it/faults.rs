@@ -44,13 +44,7 @@ spec:
 /// An environment with no component and a namespace `faults`, up.
 fn environment() -> (SimProject, Config) {
     let env = SimProject::new("flt");
-    env.write(
-        "dev-env.yaml",
-        &format!(
-            "name: {}\nnetwork: {{ipv4Subnet: {}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n",
-            env.name, env.subnet
-        ),
-    );
+    env.write_sim_config();
     env.write(
         "manifests/namespace.yaml",
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: faults}\n",

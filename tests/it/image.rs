@@ -96,17 +96,22 @@ async fn cargo_push_is_verified_recorded_and_incremental() {
     );
 }
 
-#[test]
-fn two_clean_cargo_builds_give_byte_identical_manifests() {
-    let project = Project::new("127.0.0.1:1");
-    let build = image::cargo::CargoBuild {
+/// The build of the fixture's `hello` binary.
+fn hello(project: &Project) -> image::cargo::CargoBuild<'_> {
+    image::cargo::CargoBuild {
         root: project.root(),
         package: "hello",
         bin: "hello",
         lines: None,
         progress: None,
         cancel: None,
-    };
+    }
+}
+
+#[test]
+fn two_clean_cargo_builds_give_byte_identical_manifests() {
+    let project = Project::new("127.0.0.1:1");
+    let build = hello(&project);
     let target_dir = project.root().join(image::cargo::TARGET_DIR);
     let first = image::cargo::build_image(&build).unwrap();
     std::fs::remove_dir_all(&target_dir).unwrap();
@@ -131,14 +136,7 @@ fn two_clean_cargo_builds_give_byte_identical_manifests() {
 async fn a_build_that_compiles_reports_its_progress_and_an_up_to_date_one_stays_silent() {
     let project = Project::new("127.0.0.1:1");
     let recorder = dev_env_tests::Recorder::default();
-    let build = || image::cargo::CargoBuild {
-        root: project.root(),
-        package: "hello",
-        bin: "hello",
-        lines: None,
-        progress: None,
-        cancel: None,
-    };
+    let build = || hello(&project);
     let sinks = image::cargo::Sinks {
         lines: None,
         progress: Some(&recorder),

@@ -11,13 +11,7 @@ use xshell::{Shell, cmd};
 /// `gone` in another.
 fn shop() -> SimProject {
     let env = SimProject::new("prune");
-    env.write(
-        "dev-env.yaml",
-        &format!(
-            "name: {}\nnetwork: {{ipv4Subnet: {}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n",
-            env.name, env.subnet
-        ),
-    );
+    env.write_sim_config();
     env.write(
         "manifests/00-namespace.yaml",
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: shop}\n",
@@ -44,6 +38,24 @@ fn kubectl(env: &SimProject, args: &[&str]) -> String {
     cmd!(sh, "kubectl --kubeconfig {kc} {args...}")
         .read()
         .unwrap()
+}
+
+/// `kubectl apply --prune --applyset=<the environment's set> --dry-run=server`
+/// of the manifests: what kubectl would apply and prune.
+fn kubectl_prune(env: &SimProject) -> String {
+    let parent = dev_env::apply::ApplySet::of_environment(&env.name).kubectl_ref();
+    let sh = Shell::new().unwrap();
+    let kc = env
+        .dir
+        .join(format!(".dev-env/{}/kubeconfig.host", env.name));
+    let manifests = env.dir.join("manifests");
+    cmd!(
+        sh,
+        "kubectl --kubeconfig {kc} apply --prune --applyset={parent} --dry-run=server -f {manifests}"
+    )
+    .env("KUBECTL_APPLYSET", "true")
+    .read()
+    .expect("kubectl apply --prune --applyset")
 }
 
 /// The ConfigMaps labelled `app=shop`, by name.
@@ -131,19 +143,7 @@ fn kubectl_applyset_prune_agrees_and_a_dry_run_changes_nothing() {
     up(&config).expect("dev up");
 
     // kubectl reads the same set and finds nothing to prune.
-    let parent = dev_env::apply::ApplySet::of_environment(&env.name).kubectl_ref();
-    let sh = Shell::new().unwrap();
-    let kc = env
-        .dir
-        .join(format!(".dev-env/{}/kubeconfig.host", env.name));
-    let manifests = env.dir.join("manifests");
-    let out = cmd!(
-        sh,
-        "kubectl --kubeconfig {kc} apply --prune --applyset={parent} --dry-run=server -f {manifests}"
-    )
-    .env("KUBECTL_APPLYSET", "true")
-    .read()
-    .expect("kubectl apply --prune --applyset");
+    let out = kubectl_prune(&env);
     assert!(out.contains("configmap/keep"), "{out}");
     assert!(!out.contains("pruned"), "{out}");
 
@@ -166,13 +166,7 @@ fn kubectl_applyset_prune_agrees_and_a_dry_run_changes_nothing() {
     assert_eq!(maps(&env), ["drop", "gone", "keep"]);
 
     // kubectl agrees on that too.
-    let out = cmd!(
-        sh,
-        "kubectl --kubeconfig {kc} apply --prune --applyset={parent} --dry-run=server -f {manifests}"
-    )
-    .env("KUBECTL_APPLYSET", "true")
-    .read()
-    .expect("kubectl apply --prune --applyset");
+    let out = kubectl_prune(&env);
     assert!(out.contains("configmap/gone pruned"), "{out}");
     assert_eq!(maps(&env), ["drop", "gone", "keep"]);
 }
