@@ -3,13 +3,14 @@
 //! and waits run concurrently; one component's failure never hides the
 //! others' results.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::{
     apply,
-    config::{Config, Provider},
+    config::{Config, Provider, RolloutKind},
     image::{self, PushOptions, Pushed, cargo::Cancel, distribution},
     kubeconfig, lock, manifest, registry,
     report::{Event, Phase, Reporter},
@@ -17,7 +18,7 @@ use crate::{
     state::State,
     wait::{
         node::{self, NodeProbe},
-        workload::WaitOptions,
+        workload::{self, WaitOptions},
     },
 };
 
@@ -146,14 +147,38 @@ async fn wait_options(config: &Config, timeout: Duration) -> WaitOptions {
     }
 }
 
-/// A client for the cluster and the options of the waits on it, or why the
-/// cluster cannot be reached.
-type Connected = Result<(kube::Client, WaitOptions), kubeconfig::Error>;
+/// What a push reaches before its images are pushed: a client for the
+/// cluster, the options of the waits on it, and the watches of the
+/// components' Deployments; or why the cluster cannot be reached.
+type Connected = Result<Reached, kubeconfig::Error>;
 
-/// Reaches the cluster of `config` and the node the waits watch, at once.
-async fn connect(config: &Config, timeout: Duration) -> Connected {
+struct Reached {
+    client: kube::Client,
+    options: WaitOptions,
+    watches: HashMap<String, workload::DeploymentWatch>,
+}
+
+/// Reaches the cluster of `config` and the node the waits watch, at once,
+/// then starts watching the Deployments `components` roll.
+async fn connect(config: &Config, components: &[String], timeout: Duration) -> Connected {
     let (client, options) = tokio::join!(cluster_client(config), wait_options(config, timeout));
-    Ok((client?, options))
+    let client = client?;
+    let watches = components
+        .iter()
+        .filter_map(|name| {
+            let rollout = &config.components.get(name)?.rollout;
+            (rollout.kind == RolloutKind::Deployment).then(|| {
+                let watch =
+                    workload::DeploymentWatch::start(&client, &rollout.namespace, &rollout.name);
+                (name.clone(), watch)
+            })
+        })
+        .collect();
+    Ok(Reached {
+        client,
+        options,
+        watches,
+    })
 }
 
 /// Builds, pushes and (unless told not to) rolls out `components`, waiting
@@ -209,7 +234,7 @@ async fn push_until(
     // rollout starts the moment they are pushed.
     let connecting = async {
         match flags.rollout {
-            true => Some(connect(config, flags.timeout).await),
+            true => Some(connect(config, components, flags.timeout).await),
             false => None,
         }
     };
@@ -268,7 +293,11 @@ async fn roll_pushed(
     flags: PushFlags,
     reporter: &dyn Reporter,
 ) {
-    let (client, options) = match connected {
+    let Reached {
+        client,
+        options,
+        mut watches,
+    } = match connected {
         Ok(connected) => connected,
         Err(e) => {
             let error = crate::error_chain(&e);
@@ -293,6 +322,7 @@ async fn roll_pushed(
             digest: Some(p.digest.clone()),
             restart: false,
             wait_for_termination: flags.wait_for_termination,
+            watched: watches.remove(&p.component),
         };
         rolling.roll_and_wait(request)
     });
@@ -353,6 +383,7 @@ pub async fn reload(
             digest: state.images.get(name).map(|p| p.digest.clone()),
             restart: true,
             wait_for_termination: flags.wait_for_termination,
+            watched: None,
         };
         rolling.roll_and_wait(request)
     });
@@ -419,12 +450,15 @@ struct Roll<'a> {
     image: Option<String>,
     digest: Option<String>,
     restart: bool,
+    /// The Deployment's watch, when it started before the roll.
+    watched: Option<workload::DeploymentWatch>,
 }
 
 impl Rolling<'_> {
-    async fn roll_and_wait(&self, roll: Roll<'_>) -> Result<Settled, RollError> {
+    async fn roll_and_wait(&self, mut roll: Roll<'_>) -> Result<Settled, RollError> {
         let name = roll.component;
-        let result = self.roll_and_wait_inner(&roll).await;
+        let watched = roll.watched.take();
+        let result = self.roll_and_wait_inner(&roll, watched).await;
         match result {
             Ok(r) => {
                 let detail = format!("{} pod(s) ready", r.pods.len());
@@ -447,7 +481,11 @@ impl Rolling<'_> {
         }
     }
 
-    async fn roll_and_wait_inner(&self, roll: &Roll<'_>) -> Result<Settled, rollout::Error> {
+    async fn roll_and_wait_inner(
+        &self,
+        roll: &Roll<'_>,
+        watched: Option<workload::DeploymentWatch>,
+    ) -> Result<Settled, rollout::Error> {
         let (client, options) = (self.client, self.options);
         let change = rollout::Change {
             image: roll.image.as_deref(),
@@ -463,7 +501,7 @@ impl Rolling<'_> {
         };
         tell(self.reporter, roll.component, Phase::Wait, detail);
         let wait_started = Instant::now();
-        let done = rollout::wait(client, &rolled, options).await?;
+        let done = rollout::wait_watched(client, &rolled, options, watched).await?;
         Ok(Settled {
             patched: rolled.patched,
             pods: done.pods,

@@ -139,7 +139,25 @@ pub async fn wait(
     rolled: &Roll,
     options: &WaitOptions,
 ) -> Result<workload::Done, Error> {
-    let deployment = workload::deployment(client, &rolled.want, options);
+    wait_watched(client, rolled, options, None).await
+}
+
+/// [`wait`] on the Deployment's watch when one was started before the
+/// roll (a WorkerPool's wait starts its own).
+pub async fn wait_watched(
+    client: &Client,
+    rolled: &Roll,
+    options: &WaitOptions,
+    watched: Option<workload::DeploymentWatch>,
+) -> Result<workload::Done, Error> {
+    let deployment = async {
+        match (watched, &rolled.pool) {
+            (Some(watched), None) => {
+                workload::deployment_watched(client, watched, &rolled.want, options).await
+            }
+            _ => workload::deployment(client, &rolled.want, options).await,
+        }
+    };
     match &rolled.pool {
         None => Ok(deployment.await?),
         Some(pool) => {
@@ -228,7 +246,8 @@ async fn roll_deployment(
         field_manager: Some(FIELD_MANAGER.to_string()),
         ..PatchParams::default()
     };
-    api.patch(&r.name, &params, &Patch::Strategic(&patch))
+    let patched = api
+        .patch(&r.name, &params, &Patch::Strategic(&patch))
         .await
         .map_err(|source| Error::Api {
             what,
@@ -236,7 +255,10 @@ async fn roll_deployment(
         })?;
     Ok(Roll {
         patched: true,
-        want,
+        want: Want {
+            generation: patched.metadata.generation.unwrap_or(0),
+            ..want
+        },
         pool: None,
     })
 }

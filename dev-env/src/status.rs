@@ -333,6 +333,7 @@ async fn component_status(
                 } else {
                     workload::Termination::Serving
                 },
+                generation: 0,
             };
             if let Err(e) = inspect_component(client, r.kind, want, &mut status).await {
                 status.message = e.to_string();

@@ -25,8 +25,10 @@ mod pool;
 mod verdict;
 mod watch;
 
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use futures::StreamExt as _;
 use futures::stream::SelectAll;
 use k8s_openapi::{
     api::{
@@ -180,6 +182,9 @@ pub struct Want {
     pub digest: Option<String>,
     /// Whether old pods that are terminating still hold the wait.
     pub termination: Termination,
+    /// The Deployment's `metadata.generation` after the rollout's patch: a
+    /// watch started earlier may still hold an older one.
+    pub generation: i64,
 }
 
 /// What the wait asks of the old ReplicaSets' pods.
@@ -208,59 +213,122 @@ pub struct Done {
 }
 
 /// The watches behind a Deployment wait: the Deployment, and its
-/// ReplicaSets and pods by the Deployment's selector.
-struct Watched {
+/// ReplicaSets and pods by the Deployment's selector (immutable, so read
+/// once, when the Deployment is first seen). A task of their own drives
+/// them, so a watch started before a push has its stores filled by the
+/// time the rollout begins; the wait reads what they saw from `events`.
+pub struct DeploymentWatch {
+    key: ObjectRef<Deployment>,
     deploy: reflector::Store<Deployment>,
-    replica_sets: reflector::Store<ReplicaSet>,
-    pods: reflector::Store<Pod>,
+    owned: Arc<OnceLock<(reflector::Store<ReplicaSet>, reflector::Store<Pod>)>>,
     events: SelectAll<Events>,
+    driver: tokio::task::JoinHandle<()>,
 }
 
-impl Watched {
-    /// Watches the Deployment until it is first seen, then its ReplicaSets
-    /// and pods: the selector is immutable, so it is read once.
-    async fn start(
-        client: &Client,
-        key: &ObjectRef<Deployment>,
-        w: &mut Watching<'_>,
-    ) -> Result<Watched, Error> {
-        let (ns, name) = (key.namespace.as_deref().unwrap_or_default(), &key.name);
+impl Drop for DeploymentWatch {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+impl DeploymentWatch {
+    /// Starts watching Deployment `namespace/name`; returns at once.
+    pub fn start(client: &Client, namespace: &str, name: &str) -> DeploymentWatch {
+        let key = ObjectRef::new(name).within(namespace);
         let (deploy, deploy_events) = watch(
-            Api::<Deployment>::namespaced(client.clone(), ns),
+            Api::<Deployment>::namespaced(client.clone(), namespace),
             watcher::Config::default().fields(&format!("metadata.name={name}")),
-            format!("Deployment {ns}/{name}"),
+            format!("Deployment {namespace}/{name}"),
             (),
         );
+        let owned = Arc::new(OnceLock::new());
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let driver = tokio::spawn(drive(DriveWatches {
+            client: client.clone(),
+            key: key.clone(),
+            deploy: deploy.clone(),
+            deploy_events,
+            owned: owned.clone(),
+            sender,
+        }));
+        let received = futures::stream::unfold(receiver, |mut r| async move {
+            r.recv().await.map(|item| (item, r))
+        });
         let mut events: SelectAll<Events> = SelectAll::new();
-        events.push(deploy_events);
-        w.last = String::from("the deployment does not exist");
-        let first = loop {
-            w.next(&mut events).await?;
-            if let Some(first) = deploy.get(key) {
-                break first;
-            }
-        };
-        let selector = selector_of(&first);
-        let (replica_sets, rs_events) = watch(
-            Api::<ReplicaSet>::namespaced(client.clone(), ns),
-            watcher::Config::default().labels(&selector),
-            format!("ReplicaSets in {ns} ({selector})"),
-            (),
-        );
-        let (pods, pod_events) = watch(
-            Api::<Pod>::namespaced(client.clone(), ns),
-            watcher::Config::default().labels(&selector),
-            format!("Pods in {ns} ({selector})"),
-            (),
-        );
-        events.push(rs_events);
-        events.push(pod_events);
-        Ok(Watched {
+        events.push(received.boxed());
+        DeploymentWatch {
+            key,
             deploy,
-            replica_sets,
-            pods,
+            owned,
             events,
+            driver,
+        }
+    }
+
+    /// The Deployment, its ReplicaSets and its pods, once all are watched.
+    fn state(&self) -> Option<Seen> {
+        let (replica_sets, pods) = self.owned.get()?;
+        Some(Seen {
+            deploy: self.deploy.get(&self.key)?,
+            replica_sets: replica_sets.state(),
+            pods: pods.state(),
         })
+    }
+}
+
+/// What a [`DeploymentWatch`] holds at one moment.
+struct Seen {
+    deploy: Arc<Deployment>,
+    replica_sets: Vec<Arc<ReplicaSet>>,
+    pods: Vec<Arc<Pod>>,
+}
+
+/// What the task behind a [`DeploymentWatch`] drives.
+struct DriveWatches {
+    client: Client,
+    key: ObjectRef<Deployment>,
+    deploy: reflector::Store<Deployment>,
+    deploy_events: Events,
+    owned: Arc<OnceLock<(reflector::Store<ReplicaSet>, reflector::Store<Pod>)>>,
+    sender: tokio::sync::mpsc::UnboundedSender<Result<(), watch::Failure>>,
+}
+
+/// Drives the Deployment's watch until it is first seen, then its
+/// ReplicaSets' and pods' too, passing on every change or failure.
+async fn drive(mut d: DriveWatches) {
+    let first = loop {
+        let Some(item) = d.deploy_events.next().await else {
+            return;
+        };
+        let seen = d.deploy.get(&d.key);
+        if d.sender.send(item).is_err() {
+            return;
+        }
+        if let Some(first) = seen {
+            break first;
+        }
+    };
+    let ns = d.key.namespace.as_deref().unwrap_or_default();
+    let selector = selector_of(&first);
+    let (replica_sets, rs_events) = watch(
+        Api::<ReplicaSet>::namespaced(d.client.clone(), ns),
+        watcher::Config::default().labels(&selector),
+        format!("ReplicaSets in {ns} ({selector})"),
+        (),
+    );
+    let (pods, pod_events) = watch(
+        Api::<Pod>::namespaced(d.client.clone(), ns),
+        watcher::Config::default().labels(&selector),
+        format!("Pods in {ns} ({selector})"),
+        (),
+    );
+    let _ = d.owned.set((replica_sets, pods));
+    let mut all: SelectAll<Events> = SelectAll::new();
+    all.extend([d.deploy_events, rs_events, pod_events]);
+    while let Some(item) = all.next().await {
+        if d.sender.send(item).is_err() {
+            return;
+        }
     }
 }
 
@@ -270,19 +338,40 @@ pub async fn deployment(
     want: &Want,
     options: &WaitOptions,
 ) -> Result<Done, Error> {
+    let watched = DeploymentWatch::start(client, &want.namespace, &want.deployment);
+    deployment_watched(client, watched, want, options).await
+}
+
+/// [`deployment`] on a watch started earlier (before the push, say), so
+/// nothing waits on a fresh list.
+pub async fn deployment_watched(
+    client: &Client,
+    mut watched: DeploymentWatch,
+    want: &Want,
+    options: &WaitOptions,
+) -> Result<Done, Error> {
     let (ns, name) = (&want.namespace, &want.deployment);
     let mut w = Watching::new(format!("deployment {ns}/{name}"), options);
-    let key = ObjectRef::new(name).within(ns);
-    let mut watched = Watched::start(client, &key, &mut w).await?;
+    w.last = String::from("the deployment does not exist");
     let mut clock = pending::Clock::default();
+    let mut seen = false;
     loop {
-        w.next(&mut watched.events).await?;
-        let Some(deploy) = watched.deploy.get(&key) else {
-            return Err(Error::Deleted {
-                what: w.what().to_string(),
-            });
+        // What the watches already hold counts before anything new comes.
+        let Some(Seen {
+            deploy,
+            replica_sets,
+            pods,
+        }) = watched.state()
+        else {
+            if seen {
+                return Err(Error::Deleted {
+                    what: w.what().to_string(),
+                });
+            }
+            w.next(&mut watched.events).await?;
+            continue;
         };
-        let (replica_sets, pods) = (watched.replica_sets.state(), watched.pods.state());
+        seen = true;
         let verdict = evaluate(&deploy, &replica_sets, &pods, want);
         w.last = verdict.to_string();
         match verdict {
@@ -318,6 +407,7 @@ pub async fn deployment(
                 return Err(pod_failed(client, ns, failed).await);
             }
         }
+        w.next(&mut watched.events).await?;
     }
 }
 

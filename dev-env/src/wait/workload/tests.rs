@@ -89,6 +89,35 @@ fn unobserved_generation_is_pending_even_when_counts_look_complete() {
 }
 
 #[test]
+fn a_deployment_older_than_the_patch_is_pending_however_complete_it_looks() {
+    // A watch started before the patch may still hold the previous
+    // rollout, complete and on the wanted digest (a restart keeps it).
+    let rs = [replica_set("web-new", "2", "new")];
+    let pods = vec![
+        pod("a", "new", true, &image(DIGEST), false),
+        pod("b", "new", true, &image(DIGEST), false),
+    ];
+    let deploy = deployment(2, 2, (2, 2, 2), "NewReplicaSetAvailable");
+    let patched = Want {
+        generation: 3,
+        ..want(Some(DIGEST))
+    };
+    let verdict = evaluate(&deploy, &rs, &pods, &patched);
+    assert!(
+        matches!(&verdict, Verdict::Pending(m) if m.contains("generation 3 (seen 2)")),
+        "{verdict}"
+    );
+    let seen = Want {
+        generation: 2,
+        ..want(Some(DIGEST))
+    };
+    assert!(matches!(
+        evaluate(&deploy, &rs, &pods, &seen),
+        Verdict::Done { .. }
+    ));
+}
+
+#[test]
 fn old_replicas_pending_termination_keep_it_waiting() {
     let rs = [replica_set("web-new", "2", "new")];
     let pods = [

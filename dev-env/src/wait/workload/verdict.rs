@@ -64,6 +64,12 @@ pub fn evaluate(
     let status = deploy.status.clone().unwrap_or_default();
     let generation = deploy.metadata.generation.unwrap_or(0);
     let observed = status.observed_generation.unwrap_or(0);
+    if generation < want.generation {
+        return Verdict::Pending(format!(
+            "waiting to see the deployment's generation {} (seen {generation})",
+            want.generation
+        ));
+    }
     if observed < generation {
         return Verdict::Pending(format!(
             "waiting for the deployment spec update to be observed (generation {generation}, observed {observed})"
