@@ -6,6 +6,7 @@
 //! `watch` ([`inner_loop`]), a large layer against `curl` ([`blob_upload`]),
 //! and kube-sim at scale ([`sim_scale`]).
 
+mod first_run;
 mod inner_loop;
 mod scale;
 mod upload;
@@ -21,6 +22,7 @@ use serde::Serialize;
 use xshell::{Shell, cmd};
 
 pub use self::{
+    first_run::first_run,
     inner_loop::{app_source, inner_loop},
     scale::sim_scale,
     upload::blob_upload,

@@ -17,6 +17,11 @@ const SCALE: (usize, i32) = (20, 50);
 impl flags::Bench {
     pub(crate) fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let root = project_root();
+        if self.first_run {
+            ctx.note("a first `cargo xtask dev up` on a fresh clone of the repository, once");
+            let figures = bench::first_run(&root).context("bench --first-run")?;
+            return self.print(&figures);
+        }
         let runs = usize::from(self.runs);
         ctx.note(format!("the inner loop on target/bench/loop, {runs} runs"));
         let mut figures = ctx
@@ -37,12 +42,16 @@ impl flags::Bench {
             ctx.block_on(bench::sim_scale(runs, SCALE.0, SCALE.1))?
                 .context("bench")?,
         );
+        self.print(&figures)
+    }
+
+    fn print(&self, figures: &[bench::Figure]) -> anyhow::Result<ExitCode> {
         if self.json {
-            for figure in &figures {
+            for figure in figures {
                 outln!("{}", serde_json::to_string(figure)?);
             }
         } else {
-            out!("{}", bench::markdown(&figures));
+            out!("{}", bench::markdown(figures));
         }
         Ok(ExitCode::SUCCESS)
     }

@@ -194,6 +194,10 @@ pub struct Bench {
     /// Print one JSON object per figure instead of a Markdown table
     #[arg(long)]
     pub json: bool,
+    /// Only time a first `cargo xtask dev up` on a fresh clone (empty
+    /// `target/`, node image absent), once, with its breakdown
+    #[arg(long)]
+    pub first_run: bool,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
