@@ -52,18 +52,15 @@ pub struct Config {
     pub replicaset_delay: Duration,
     /// How long after an owner disappears the garbage collector deletes its dependents.
     pub gc_delay: Duration,
-    /// The node new pods are bound to (`spec.nodeName`); `None` leaves pods for a scheduler.
-    pub node_name: Option<String>,
 }
 
 impl Config {
     /// Short delays that still keep the order of events real: for tests and local use.
-    pub fn fast(node_name: &str) -> Config {
+    pub fn fast() -> Config {
         Config {
             deployment_delay: Duration::from_millis(50),
             replicaset_delay: Duration::from_millis(30),
             gc_delay: Duration::from_millis(20),
-            node_name: Some(node_name.to_string()),
         }
     }
 }

@@ -4,7 +4,7 @@
 //! - Only active pods count: no `deletionTimestamp`, not `Succeeded` or `Failed`. Terminating pods leave
 //!   the counts at once and are replaced at once.
 //! - New pods are named `<rs>-<5 random characters>`, carry the template's labels and annotations and a
-//!   controller `ownerReference`, and are bound to the configured node.
+//!   controller `ownerReference`; the scheduler binds them.
 //! - Surplus pods are deleted in the order Kubernetes ranks them: unbound, then pending, then not ready,
 //!   then the most recently ready, the most restarted, the newest.
 //! - The status written is the one computed before this sync's creates and deletes, as in Kubernetes;
@@ -43,7 +43,7 @@ pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) 
         super::controller_of(pod, "ReplicaSet").map(|owner| Key::owner(pod, owner))
     });
     let worker = feed.work(
-        |store, key| sync(store, &config, key),
+        |store, key| sync(store, key),
         |key, e| {
             tracing::warn!(namespace = %key.namespace, replicaset = %key.name, error = %e, "sync failed; retrying");
         },
@@ -52,7 +52,7 @@ pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) 
 }
 
 /// Syncs one ReplicaSet; returns when to sync it again, if a time-based change (`minReadySeconds`) is due.
-pub fn sync(store: &Store, config: &Config, key: &Key) -> Result<Option<Duration>, Error> {
+pub fn sync(store: &Store, key: &Key) -> Result<Option<Duration>, Error> {
     let rs_gr = GroupResource::replicasets();
     let rs = match store.get(&rs_gr, Some(&key.namespace), &key.name) {
         Ok(rs) => rs,
@@ -68,7 +68,7 @@ pub fn sync(store: &Store, config: &Config, key: &Key) -> Result<Option<Duration
 
     let status = calculate_status(&rs, &active, min_ready, now);
     if rs.pointer("/metadata/deletionTimestamp").is_none() {
-        manage_replicas(store, config, &rs, &active, desired)?;
+        manage_replicas(store, &rs, &active, desired)?;
     }
     write_status(store, &rs, status)?;
 
@@ -184,7 +184,6 @@ fn write_status(store: &Store, rs: &Value, status: Value) -> Result<(), Error> {
 
 fn manage_replicas(
     store: &Store,
-    config: &Config,
     rs: &Value,
     active: &[&Value],
     desired: i64,
@@ -194,7 +193,7 @@ fn manage_replicas(
         Ordering::Less => {
             let n = (-diff).min(BURST_REPLICAS);
             for _ in 0..n {
-                create_pod(store, config, rs)?;
+                create_pod(store, rs)?;
             }
         }
         Ordering::Greater => {
@@ -230,7 +229,7 @@ fn manage_replicas(
 }
 
 /// The pod a ReplicaSet creates from its template (`GetPodFromTemplate`).
-pub fn pod_from_template(rs: &Value, node_name: Option<&str>) -> Value {
+pub fn pod_from_template(rs: &Value) -> Value {
     let template = rs.pointer("/spec/template").cloned().unwrap_or(json!({}));
     let mut metadata = Map::new();
     metadata.insert(
@@ -247,19 +246,12 @@ pub fn pod_from_template(rs: &Value, node_name: Option<&str>) -> Value {
         "ownerReferences".into(),
         json!([super::controller_ref(rs, "apps/v1", "ReplicaSet")]),
     );
-    let mut spec = template.get("spec").cloned().unwrap_or(json!({}));
-    if let (Some(node), Value::Object(s)) = (node_name, &mut spec)
-        && s.get("nodeName")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-    {
-        s.insert("nodeName".into(), json!(node));
-    }
+    let spec = template.get("spec").cloned().unwrap_or(json!({}));
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
 }
 
-fn create_pod(store: &Store, config: &Config, rs: &Value) -> Result<(), Error> {
-    let pod = pod_from_template(rs, config.node_name.as_deref());
+fn create_pod(store: &Store, rs: &Value) -> Result<(), Error> {
+    let pod = pod_from_template(rs);
     // A generated name can collide with an existing pod; Kubernetes retries, so does this.
     let mut last = None;
     for _ in 0..3 {
@@ -384,15 +376,15 @@ mod tests {
     }
 
     #[test]
-    fn pods_from_a_template_are_owned_and_bound() {
+    fn pods_from_a_template_are_owned() {
         let rs = json!({"metadata": {"name": "web-abc", "namespace": "default", "uid": "u1"},
             "spec": {"template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "abc"}},
                 "spec": {"containers": [{"name": "a", "image": "nginx"}]}}}});
-        let pod = pod_from_template(&rs, Some("node-1"));
+        let pod = pod_from_template(&rs);
         assert_eq!(pod["metadata"]["generateName"], "web-abc-");
         assert_eq!(pod["metadata"]["labels"]["pod-template-hash"], "abc");
         assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "u1");
         assert_eq!(pod["metadata"]["ownerReferences"][0]["controller"], true);
-        assert_eq!(pod["spec"]["nodeName"], "node-1");
+        assert!(pod["spec"].get("nodeName").is_none());
     }
 }
