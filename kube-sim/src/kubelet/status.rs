@@ -109,8 +109,21 @@ pub(super) fn pod_status(run: &PodRun, pod: &Value) -> Value {
     } else {
         conds.readiness_gates_condition(pod)
     };
-    let ours = ["Initialized", "Ready", "ContainersReady", "PodScheduled"];
+    let ours = [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    ];
+    // The sandbox exists once volumes are mounted, and is gone once every container has finished.
+    let sandbox = run.volumes_ready
+        && !run
+            .containers
+            .iter()
+            .all(|c| matches!(c.stage, Stage::Terminated));
     let mut conditions = vec![
+        conds.condition("PodReadyToStartContainers", sandbox, None, None),
         conds.condition("Initialized", true, None, None),
         ready_cond,
         containers_ready_cond,
