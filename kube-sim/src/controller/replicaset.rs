@@ -1,6 +1,8 @@
 //! The ReplicaSet controller (`pkg/controller/replicaset/replica_set.go`): keeps the number of active pods
 //! at `spec.replicas` and reports counts in `status`.
 //!
+//! - It owns the pods its controller `ownerReference` names: orphans its selector matches are adopted, owned
+//!   pods whose labels stop matching are released (and replaced), see [`super::ownership`].
 //! - Only active pods count: no `deletionTimestamp`, not `Succeeded` or `Failed`. Terminating pods leave
 //!   the counts at once and are replaced at once.
 //! - New pods are named `<rs>-<5 random characters>`, carry the template's labels and annotations and a
@@ -11,12 +13,16 @@
 //!   the resulting pod events bring the next sync.
 
 use std::cmp::Ordering;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
+use super::ownership::Owner;
 use super::{Config, Error, Feed, Key, MANAGER, Queue};
+use crate::lock::MutexExt as _;
 use crate::meta;
 use crate::resource::GroupResource;
 use crate::store::{self, DeleteOptions, Endpoint, ListOptions, Store, WriteOptions};
@@ -27,23 +33,61 @@ const COMPONENT: &str = "replicaset-controller";
 /// The most pods one sync creates (`BurstReplicas`).
 const BURST_REPLICAS: i64 = 500;
 
+/// The pods whose changes a ReplicaSet has not synced yet, by ReplicaSet: those of them its selector no
+/// longer matches are the ones to release.
+#[derive(Clone, Default)]
+pub struct Touched(Arc<Mutex<HashMap<Key, BTreeSet<String>>>>);
+
+impl Touched {
+    fn add(&self, key: Key, pod: &str) {
+        self.0
+            .lock_unpoisoned()
+            .entry(key)
+            .or_default()
+            .insert(pod.to_string());
+    }
+
+    fn take(&self, key: &Key) -> BTreeSet<String> {
+        self.0.lock_unpoisoned().remove(key).unwrap_or_default()
+    }
+}
+
 /// Runs the controller until `shutdown` flips.
 pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) {
     let feed = Feed {
-        store,
+        store: store.clone(),
         queue: Queue::new(),
         delay: config.replicaset_delay,
-        shutdown,
+        shutdown: shutdown.clone(),
     };
+    let touched = Touched::default();
     let rs_events = feed.clone().follow(GroupResource::replicasets(), |e| {
         super::event_object(e).map(Key::of)
     });
-    let pod_events = feed.clone().follow(GroupResource::pods(), |e| {
-        let pod = super::event_object(e)?;
-        super::controller_of(pod, "ReplicaSet").map(|owner| Key::owner(pod, owner))
-    });
+    let pods_gr = GroupResource::pods();
+    let watch_store = store.clone();
+    let pod_events = {
+        let (queue, delay, touched) = (feed.queue.clone(), feed.delay, touched.clone());
+        super::follow(&watch_store, &pods_gr, shutdown, move |e| {
+            let Some(pod) = super::event_object(&e) else {
+                return;
+            };
+            let deleted = matches!(e, store::WatchEvent::Deleted(_));
+            if let Some(owner) = super::controller_of(pod, "ReplicaSet") {
+                let key = Key::owner(pod, owner);
+                if !deleted {
+                    touched.add(key.clone(), meta::name_of(pod));
+                }
+                queue.add_after(key, delay);
+            } else if !deleted {
+                for key in super::selecting_owners(&store, &GroupResource::replicasets(), pod) {
+                    queue.add_after(key, delay);
+                }
+            }
+        })
+    };
     let worker = feed.work(
-        |store, key| sync(store, key),
+        |store, key| sync(store, &touched, key),
         |key, e| {
             tracing::warn!(namespace = %key.namespace, replicaset = %key.name, error = %e, "sync failed; retrying");
         },
@@ -52,15 +96,14 @@ pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) 
 }
 
 /// Syncs one ReplicaSet; returns when to sync it again, if a time-based change (`minReadySeconds`) is due.
-pub fn sync(store: &Store, key: &Key) -> Result<Option<Duration>, Error> {
+pub fn sync(store: &Store, touched: &Touched, key: &Key) -> Result<Option<Duration>, Error> {
     let rs_gr = GroupResource::replicasets();
     let rs = match store.get(&rs_gr, Some(&key.namespace), &key.name) {
         Ok(rs) => rs,
         Err(store::Error::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let uid = meta::str_at(&rs, "/metadata/uid").unwrap_or("").to_string();
-    let pods = owned_pods(store, &rs, &uid)?;
+    let pods = claimed_pods(store, &rs, touched.take(key))?;
     let active: Vec<&Value> = pods.iter().filter(|p| super::is_pod_active(p)).collect();
     let desired = super::int_at(&rs, "/spec/replicas", 1);
     let min_ready = super::int_at(&rs, "/spec/minReadySeconds", 0);
@@ -81,18 +124,32 @@ pub fn sync(store: &Store, key: &Key) -> Result<Option<Duration>, Error> {
     Ok(next.map(super::until))
 }
 
-/// The pods controlled by this ReplicaSet (matching its selector and owned by its `uid`).
-fn owned_pods(store: &Store, rs: &Value, uid: &str) -> Result<Vec<Value>, Error> {
+/// The pods this ReplicaSet controls, after adopting the orphans its selector matches and releasing the
+/// pods among `touched` it no longer matches. Only those can have stopped matching since the last sync.
+fn claimed_pods(store: &Store, rs: &Value, touched: BTreeSet<String>) -> Result<Vec<Value>, Error> {
+    let ns = meta::namespace_of(rs);
     let opts = ListOptions {
         label_selector: Some(selector_string(rs.pointer("/spec/selector"))),
         ..ListOptions::default()
     };
-    let list = store.list(&GroupResource::pods(), Some(meta::namespace_of(rs)), &opts)?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|p| super::is_controlled_by(p, "ReplicaSet", uid))
-        .collect())
+    let mut candidates = store.list(&GroupResource::pods(), Some(ns), &opts)?.items;
+    for name in touched {
+        if candidates.iter().any(|p| meta::name_of(p) == name) {
+            continue;
+        }
+        match store.get(&GroupResource::pods(), Some(ns), &name) {
+            Ok(pod) => candidates.push(pod),
+            Err(store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let owner = Owner {
+        obj: rs,
+        api_version: "apps/v1",
+        kind: "ReplicaSet",
+        dependents: GroupResource::pods(),
+    };
+    owner.claim(store, candidates)
 }
 
 /// A `LabelSelector` object in query-string form.
