@@ -13,6 +13,7 @@ mod openapi;
 mod protobuf;
 mod rollout;
 mod scale;
+mod scheduling;
 mod semantics;
 mod startup;
 mod streams;
