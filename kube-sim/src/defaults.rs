@@ -166,7 +166,11 @@ pub fn qos_class(pod: &Value) -> &'static str {
 
 /// A container's `resources.requests` defaulted from its `resources.limits`, resource by resource.
 fn requests_from_limits(c: &mut Value) {
-    let Some(limits) = c.pointer("/resources/limits").and_then(Value::as_object).cloned() else {
+    let Some(limits) = c
+        .pointer("/resources/limits")
+        .and_then(Value::as_object)
+        .cloned()
+    else {
         return;
     };
     if let Value::Object(container) = c {

@@ -81,7 +81,10 @@ impl KubeletArgs {
     /// Sets the node count and capacity; the Docker kubelet runs one node.
     fn apply(&self, kubelet: &mut kube_sim::kubelet::Config) -> anyhow::Result<()> {
         if self.kubelet == KubeletKind::Docker && self.nodes > 1 {
-            anyhow::bail!("--kubelet docker runs one node; --nodes {} needs --kubelet virtual", self.nodes);
+            anyhow::bail!(
+                "--kubelet docker runs one node; --nodes {} needs --kubelet virtual",
+                self.nodes
+            );
         }
         kubelet.nodes = self.nodes;
         kubelet.max_pods = self.max_pods;

@@ -87,7 +87,11 @@ fn may_change_a_verdict(e: &WatchEvent) -> bool {
     match e {
         WatchEvent::Deleted(_) => true,
         WatchEvent::Added(p) | WatchEvent::Modified(p) => {
-            is_waiting(p) || matches!(meta::str_at(p, "/status/phase"), Some("Succeeded" | "Failed"))
+            is_waiting(p)
+                || matches!(
+                    meta::str_at(p, "/status/phase"),
+                    Some("Succeeded" | "Failed")
+                )
         }
         WatchEvent::Bookmark(_) | WatchEvent::Error(_) => false,
     }
@@ -187,7 +191,10 @@ fn bind(store: &Store, pod: &Value, node: &str) -> Result<bool, store::Error> {
     );
     record_event(store, &bound, NAME, "Normal", "Scheduled", &message);
     let mut scheduled = bound;
-    set_scheduled_condition(&mut scheduled, json!({"type": "PodScheduled", "status": "True"}));
+    set_scheduled_condition(
+        &mut scheduled,
+        json!({"type": "PodScheduled", "status": "True"}),
+    );
     write_status(store, scheduled)?;
     Ok(true)
 }

@@ -260,7 +260,13 @@ impl Index {
     }
 
     /// Records an owner deleted in the foreground, and wakes the waiting owners of a changed dependent.
-    fn note_waiting(&mut self, gr: &GroupResource, obj: &Value, waiting: &Queue<ObjKey>, delay: Duration) {
+    fn note_waiting(
+        &mut self,
+        gr: &GroupResource,
+        obj: &Value,
+        waiting: &Queue<ObjKey>,
+        delay: Duration,
+    ) {
         let uid = meta::str_at(obj, "/metadata/uid").unwrap_or("");
         if foreground::is_waiting(obj) {
             let key = obj_key(gr, obj);

@@ -111,7 +111,11 @@ impl Owner<'_> {
 
     /// The object as stored now, if it is still the same object (`uid`).
     fn fresh(&self, store: &Store, obj: &Value) -> Result<Option<Value>, Error> {
-        match store.get(&self.dependents, Some(meta::namespace_of(obj)), meta::name_of(obj)) {
+        match store.get(
+            &self.dependents,
+            Some(meta::namespace_of(obj)),
+            meta::name_of(obj),
+        ) {
             Ok(current) if current.pointer("/metadata/uid") == obj.pointer("/metadata/uid") => {
                 Ok(Some(current))
             }

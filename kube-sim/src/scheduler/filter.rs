@@ -107,7 +107,8 @@ fn untolerated_taint<'a>(pod: &Value, node: &'a Value) -> Option<&'a Value> {
 }
 
 fn tolerates_unschedulable(pod: &Value) -> bool {
-    let taint = serde_json::json!({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"});
+    let taint =
+        serde_json::json!({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"});
     tolerations(pod).iter().any(|t| tolerates(t, &taint))
 }
 
@@ -168,11 +169,17 @@ fn requirement(expr: &Value, labels: &BTreeMap<&str, &str>) -> bool {
         "NotIn" => value.is_none_or(|v| !values.contains(&v)),
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
-        "Gt" => match (value.and_then(number), values.first().and_then(|v| number(v))) {
+        "Gt" => match (
+            value.and_then(number),
+            values.first().and_then(|v| number(v)),
+        ) {
             (Some(v), Some(bound)) => v > bound,
             _ => false,
         },
-        "Lt" => match (value.and_then(number), values.first().and_then(|v| number(v))) {
+        "Lt" => match (
+            value.and_then(number),
+            values.first().and_then(|v| number(v)),
+        ) {
             (Some(v), Some(bound)) => v < bound,
             _ => false,
         },
@@ -266,7 +273,8 @@ mod tests {
             refused(&pod, &n, Resources::default())
                 .contains("1 node(s) had untolerated taint {dedicated: db}")
         );
-        let tolerant = json!({"spec": {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}});
+        let tolerant =
+            json!({"spec": {"tolerations": [{"key": "dedicated", "operator": "Exists"}]}});
         assert!(fits(&tolerant, &n, Resources::default()).is_ok());
         let wrong = json!({"spec": {"tolerations": [{"key": "dedicated", "value": "web", "effect": "NoSchedule"}]}});
         assert!(fits(&wrong, &n, Resources::default()).is_err());

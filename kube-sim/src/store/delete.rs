@@ -90,9 +90,7 @@ impl Store {
                     list.push(json!(FOREGROUND_FINALIZER));
                 }
             }
-            let current = md
-                .get("deletionGracePeriodSeconds")
-                .and_then(Value::as_i64);
+            let current = md.get("deletionGracePeriodSeconds").and_then(Value::as_i64);
             if current.is_none_or(|c| grace < c) {
                 md.insert(
                     "deletionTimestamp".into(),

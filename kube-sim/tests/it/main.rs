@@ -10,6 +10,7 @@ mod kubectl;
 mod lifecycle;
 mod oci;
 mod openapi;
+mod ownership;
 mod protobuf;
 mod rollout;
 mod scale;

@@ -109,7 +109,9 @@ async fn a_thousand_pods_across_twenty_deployments_list_and_watch_consistently()
     let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
     for p in &listed.items {
         let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
-        *per_node.entry(node.expect("every pod is bound")).or_default() += 1;
+        *per_node
+            .entry(node.expect("every pod is bound"))
+            .or_default() += 1;
     }
     assert!(
         per_node.values().all(|n| *n <= 110),

@@ -25,7 +25,11 @@ fn scheduled(pod: &Pod) -> Option<(String, Option<String>, Option<String>)> {
 }
 
 fn node_of(pod: &Pod) -> Option<String> {
-    pod.spec.as_ref()?.node_name.clone().filter(|n| !n.is_empty())
+    pod.spec
+        .as_ref()?
+        .node_name
+        .clone()
+        .filter(|n| !n.is_empty())
 }
 
 /// Waits until the pod satisfies `f`, returning it.
@@ -47,7 +51,10 @@ async fn unschedulable(api: &Api<Pod>, name: &str) -> String {
     })
     .await;
     assert_eq!(node_of(&pod), None);
-    assert_eq!(pod.status.as_ref().unwrap().phase.as_deref(), Some("Pending"));
+    assert_eq!(
+        pod.status.as_ref().unwrap().phase.as_deref(),
+        Some("Pending")
+    );
     scheduled(&pod).unwrap().2.expect("a message")
 }
 
@@ -85,7 +92,8 @@ async fn a_selector_no_node_matches_waits_until_the_node_is_relabelled() {
     let sim = start().await;
     let client = sim.client().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let spec = json!({"nodeSelector": {"disk": "ssd"}, "containers": [{"name": "a", "image": "nginx"}]});
+    let spec =
+        json!({"nodeSelector": {"disk": "ssd"}, "containers": [{"name": "a", "image": "nginx"}]});
     pods.create(&PostParams::default(), &pod("picky", spec))
         .await
         .unwrap();
@@ -94,9 +102,9 @@ async fn a_selector_no_node_matches_waits_until_the_node_is_relabelled() {
     assert_eq!(message, expected);
     let events = failed_scheduling(&client, "picky").await;
     assert!(
-        events
-            .iter()
-            .any(|e| e.type_.as_deref() == Some("Warning") && e.message.as_deref() == Some(expected)),
+        events.iter().any(
+            |e| e.type_.as_deref() == Some("Warning") && e.message.as_deref() == Some(expected)
+        ),
         "{events:?}"
     );
 
@@ -114,7 +122,8 @@ async fn required_node_affinity_is_honoured_like_a_selector() {
             {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": op, "values": [kube_sim::NODE_NAME]}]}]}}})
     };
     for (name, op) in [("near", "In"), ("far", "NotIn")] {
-        let spec = json!({"affinity": affinity(op), "containers": [{"name": "a", "image": "nginx"}]});
+        let spec =
+            json!({"affinity": affinity(op), "containers": [{"name": "a", "image": "nginx"}]});
         pods.create(&PostParams::default(), &pod(name, spec))
             .await
             .unwrap();
@@ -135,13 +144,21 @@ async fn an_untolerated_taint_keeps_a_deployment_pending_until_it_is_removed() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     kubectl_ok(
         &sim,
-        &["taint", "node", kube_sim::NODE_NAME, "dedicated=db:NoSchedule"],
+        &[
+            "taint",
+            "node",
+            kube_sim::NODE_NAME,
+            "dedicated=db:NoSchedule",
+        ],
     )
     .await;
     kubectl_ok(&sim, &["create", "deployment", "web", "--image=nginx"]).await;
     let name = tokio::time::timeout(DEADLINE, async {
         loop {
-            let list = pods.list(&ListParams::default().labels("app=web")).await.unwrap();
+            let list = pods
+                .list(&ListParams::default().labels("app=web"))
+                .await
+                .unwrap();
             if let Some(p) = list.items.first() {
                 return p.metadata.name.clone().unwrap();
             }
@@ -160,7 +177,12 @@ async fn an_untolerated_taint_keeps_a_deployment_pending_until_it_is_removed() {
 
     kubectl_ok(
         &sim,
-        &["taint", "node", kube_sim::NODE_NAME, "dedicated=db:NoSchedule-"],
+        &[
+            "taint",
+            "node",
+            kube_sim::NODE_NAME,
+            "dedicated=db:NoSchedule-",
+        ],
     )
     .await;
     assert_eq!(bound(&pods, &name).await, kube_sim::NODE_NAME);
@@ -241,26 +263,54 @@ async fn several_nodes_of_max_pods_each_hold_what_fits_and_no_more() {
     let client = sim.client().await.unwrap();
     let nodes: Api<Node> = Api::all(client.clone());
     let listed = nodes.list(&ListParams::default()).await.unwrap();
-    let names: Vec<String> = listed.items.iter().map(|n| n.metadata.name.clone().unwrap()).collect();
-    assert_eq!(names, [kube_sim::NODE_NAME.to_string(), format!("{}-1", kube_sim::NODE_NAME)]);
+    let names: Vec<String> = listed
+        .items
+        .iter()
+        .map(|n| n.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            kube_sim::NODE_NAME.to_string(),
+            format!("{}-1", kube_sim::NODE_NAME)
+        ]
+    );
     for n in &listed.items {
         let pods_capacity = &n.status.as_ref().unwrap().allocatable.as_ref().unwrap()["pods"];
         assert_eq!(pods_capacity.0, "3");
     }
 
-    kubectl_ok(&sim, &["create", "deployment", "many", "--image=nginx", "--replicas=7"]).await;
+    kubectl_ok(
+        &sim,
+        &[
+            "create",
+            "deployment",
+            "many",
+            "--image=nginx",
+            "--replicas=7",
+        ],
+    )
+    .await;
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let settled = tokio::time::timeout(DEADLINE, async {
         loop {
-            let list = pods.list(&ListParams::default().labels("app=many")).await.unwrap();
+            let list = pods
+                .list(&ListParams::default().labels("app=many"))
+                .await
+                .unwrap();
             let waiting: Vec<&Pod> = list
                 .items
                 .iter()
-                .filter(|p| scheduled(p).is_some_and(|(_, r, _)| r.as_deref() == Some("Unschedulable")))
+                .filter(|p| {
+                    scheduled(p).is_some_and(|(_, r, _)| r.as_deref() == Some("Unschedulable"))
+                })
                 .collect();
             let placed = list.items.iter().filter(|p| node_of(p).is_some()).count();
             if list.items.len() == 7 && placed == 6 && waiting.len() == 1 {
-                return (list.items.clone(), scheduled(waiting[0]).unwrap().2.unwrap());
+                return (
+                    list.items.clone(),
+                    scheduled(waiting[0]).unwrap().2.unwrap(),
+                );
             }
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
@@ -272,7 +322,10 @@ async fn several_nodes_of_max_pods_each_hold_what_fits_and_no_more() {
         "0/2 nodes are available: 2 Too many pods. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
     );
     for node in &names {
-        let on_node = items.iter().filter(|p| node_of(p).as_ref() == Some(node)).count();
+        let on_node = items
+            .iter()
+            .filter(|p| node_of(p).as_ref() == Some(node))
+            .count();
         assert_eq!(on_node, 3, "{node}");
     }
     sim.shutdown().await;
@@ -285,7 +338,11 @@ async fn pods_carry_their_qos_class_and_the_sandbox_condition() {
     let both = json!({"cpu": "250m", "memory": "64Mi"});
     let cases = [
         ("guaranteed", json!({"limits": both}), "Guaranteed"),
-        ("burstable", json!({"requests": {"cpu": "100m"}}), "Burstable"),
+        (
+            "burstable",
+            json!({"requests": {"cpu": "100m"}}),
+            "Burstable",
+        ),
         ("besteffort", json!({}), "BestEffort"),
     ];
     for (name, resources, _) in &cases {
@@ -305,7 +362,11 @@ async fn pods_carry_their_qos_class_and_the_sandbox_condition() {
                 })
         })
         .await;
-        assert_eq!(p.status.as_ref().unwrap().qos_class.as_deref(), Some(*class), "{name}");
+        assert_eq!(
+            p.status.as_ref().unwrap().qos_class.as_deref(),
+            Some(*class),
+            "{name}"
+        );
     }
     let guaranteed = pods.get("guaranteed").await.unwrap();
     let requests = guaranteed.spec.unwrap().containers[0]
@@ -314,6 +375,9 @@ async fn pods_carry_their_qos_class_and_the_sandbox_condition() {
         .unwrap()
         .requests
         .unwrap();
-    assert_eq!(requests["memory"].0, "64Mi", "requests are defaulted from limits");
+    assert_eq!(
+        requests["memory"].0, "64Mi",
+        "requests are defaulted from limits"
+    );
     sim.shutdown().await;
 }
