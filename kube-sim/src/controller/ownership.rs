@@ -53,11 +53,8 @@ impl Owner<'_> {
             match controller {
                 Some(r) if r["uid"] != self.uid() => {}
                 Some(_) if self.selects(&obj) => claimed.push(obj),
-                Some(_) => {
-                    if !self.deleting() {
-                        self.release(store, &obj)?;
-                    }
-                }
+                Some(_) if !self.deleting() => self.release(store, &obj)?,
+                Some(_) => {}
                 None if self.selects(&obj)
                     && !self.deleting()
                     && obj.pointer("/metadata/deletionTimestamp").is_none() =>

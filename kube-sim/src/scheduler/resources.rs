@@ -19,9 +19,9 @@ impl Resources {
         let a = node.pointer("/status/allocatable");
         let get = |k: &str| a.and_then(|a| a.get(k)).and_then(Value::as_str);
         Resources {
-            milli_cpu: get("cpu").and_then(|q| milli(q)).unwrap_or(0),
-            memory: get("memory").and_then(|q| milli(q)).unwrap_or(0) / 1000,
-            pods: get("pods").and_then(|q| milli(q)).unwrap_or(0) / 1000,
+            milli_cpu: get("cpu").and_then(milli).unwrap_or(0),
+            memory: get("memory").and_then(milli).unwrap_or(0) / 1000,
+            pods: get("pods").and_then(milli).unwrap_or(0) / 1000,
         }
     }
 
