@@ -1,6 +1,6 @@
 //! `kube-sim`: a Kubernetes API simulator that real clients (kubectl, kube-rs) accept.
 //!
-//! The crate is an API server over an in-memory [`store::Store`]. Controllers and a kubelet stand-in run in
+//! The crate is an API server over an in-memory [`store::Store`]. Controllers, a scheduler and a kubelet stand-in run in
 //! the same process on top of the store's Rust API (see the [`store`] module docs).
 //!
 //! [`Sim::start`] runs everything in-process on an ephemeral port and hands out a [`kube::Client`] and a

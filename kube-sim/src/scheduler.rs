@@ -114,6 +114,15 @@ fn holds_resources(pod: &Value) -> bool {
 
 /// One pass over every waiting pod.
 fn schedule_pending(store: &Store) -> Result<(), store::Error> {
+    // Most passes (a bound pod gone) find no pod waiting: look for one before reading everything.
+    let unbound = ListOptions {
+        field_selector: Some("spec.nodeName=".to_string()),
+        ..ListOptions::default()
+    };
+    let unbound = store.list(&GroupResource::pods(), None, &unbound)?.items;
+    if !unbound.iter().any(is_waiting) {
+        return Ok(());
+    }
     let nodes = store
         .list(&GroupResource::nodes(), None, &ListOptions::default())?
         .items;

@@ -538,7 +538,6 @@ fn old_pods_that_drain_slowly_hold_a_push_only_when_asked() {
     app.assert_runs(&digest(&config));
 }
 
-#[test]
 /// When each component phase was first reported.
 #[derive(Default)]
 struct Phases(std::sync::Mutex<Vec<(Phase, std::time::Instant)>>);
@@ -570,7 +569,8 @@ impl Reporter for Phases {
 }
 
 #[test]
-fn a_pod_no_node_can_take_fails_the_push_after_the_unschedulable_grace_with_the_schedulers_message() {
+fn a_pod_no_node_can_take_fails_the_push_after_the_unschedulable_grace_with_the_schedulers_message()
+{
     let app = App::new();
     let config = app.config();
     up(&config).expect("dev up");
@@ -588,7 +588,12 @@ fn a_pod_no_node_can_take_fails_the_push_after_the_unschedulable_grace_with_the_
     app.source("v2", false);
     let phases = Phases::default();
     let mut outcomes = runtime()
-        .block_on(deliver::push(&config, &[String::from("app")], PUSH, &phases))
+        .block_on(deliver::push(
+            &config,
+            &[String::from("app")],
+            PUSH,
+            &phases,
+        ))
         .unwrap();
     let failed = outcomes.remove(0);
     let error = failed.error.clone().unwrap_or_default();

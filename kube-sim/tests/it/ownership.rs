@@ -279,3 +279,58 @@ async fn a_delete_that_waits_answers_200_and_the_legacy_cascade_202() {
     );
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_cascade_foreground_returns_once_the_replica_sets_and_pods_are_gone() {
+    let sim = start().await;
+    let client = sim.client().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let sets: Api<ReplicaSet> = Api::namespaced(client, "default");
+    kubectl_ok(
+        &sim,
+        &[
+            "create",
+            "deployment",
+            "kc",
+            "--image=nginx",
+            "--replicas=3",
+        ],
+    )
+    .await;
+    eventually("three pods", || {
+        let pods = pods.clone();
+        async move {
+            let n = pods
+                .list(&ListParams::default().labels("app=kc"))
+                .await
+                .ok()?
+                .items
+                .len();
+            (n == 3).then_some(())
+        }
+    })
+    .await;
+    let out = kubectl_ok(
+        &sim,
+        &["delete", "deployment", "kc", "--cascade=foreground"],
+    )
+    .await;
+    assert!(out.contains("deployment.apps \"kc\" deleted"), "{out}");
+    let left_pods = pods
+        .list(&ListParams::default().labels("app=kc"))
+        .await
+        .unwrap()
+        .items;
+    let left_sets = sets
+        .list(&ListParams::default().labels("app=kc"))
+        .await
+        .unwrap()
+        .items;
+    assert!(
+        left_pods.is_empty() && left_sets.is_empty(),
+        "kubectl waited for the Deployment, which waited for {} ReplicaSet(s) and {} pod(s)",
+        left_sets.len(),
+        left_pods.len()
+    );
+    sim.shutdown().await;
+}
