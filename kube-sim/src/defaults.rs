@@ -51,6 +51,11 @@ fn pod_defaults(root: &mut Map<String, Value>) {
     set_default(spec, "serviceAccount", json!("default"));
     set_default(spec, "priority", json!(0));
     set_default(spec, "preemptionPolicy", json!("PreemptLowerPriority"));
+    for key in ["containers", "initContainers"] {
+        if let Some(Value::Array(cs)) = spec.get_mut(key) {
+            cs.iter_mut().for_each(requests_from_limits);
+        }
+    }
     let tolerations = spec.entry("tolerations").or_insert_with(|| json!([]));
     if let Value::Array(list) = tolerations {
         for key in [
@@ -115,19 +120,65 @@ fn crd_defaults(root: &mut Map<String, Value>) {
     }
 }
 
-/// The status a pod gets when it is created.
+/// The status a pod gets when it is created: `Pending`, and its QoS class.
 pub fn initial_pod_status(pod: &Value) -> Value {
-    let has_resources = pod
-        .pointer("/spec/containers")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.get("resources")
-                    .and_then(Value::as_object)
-                    .is_some_and(|r| !r.is_empty())
-            })
-        });
-    json!({"phase": "Pending", "qosClass": if has_resources { "Burstable" } else { "BestEffort" }})
+    json!({"phase": "Pending", "qosClass": qos_class(pod)})
+}
+
+/// The resources the QoS class is computed over.
+const QOS_RESOURCES: [&str; 2] = ["cpu", "memory"];
+
+/// The pod's QoS class (`GetPodQOS`): `BestEffort` when no container requests or limits CPU or memory,
+/// `Guaranteed` when every container limits both and the requests (defaulted from the limits) equal the
+/// limits, `Burstable` otherwise.
+pub fn qos_class(pod: &Value) -> &'static str {
+    let nonzero = |c: &Value, kind: &str, r: &str| {
+        c.pointer(&format!("/resources/{kind}/{r}"))
+            .and_then(Value::as_str)
+            .and_then(crate::scheduler::resources::milli)
+            .filter(|q| *q != 0)
+    };
+    let mut requests = [0i64; 2];
+    let mut limits = [0i64; 2];
+    let (mut any, mut guaranteed) = (false, true);
+    let containers = ["containers", "initContainers"]
+        .iter()
+        .filter_map(|k| pod.pointer(&format!("/spec/{k}")).and_then(Value::as_array))
+        .flatten();
+    for c in containers {
+        for (i, r) in QOS_RESOURCES.iter().enumerate() {
+            let limit = nonzero(c, "limits", r);
+            let request = nonzero(c, "requests", r).or(limit);
+            any |= request.is_some() || limit.is_some();
+            guaranteed &= limit.is_some();
+            requests[i] += request.unwrap_or(0);
+            limits[i] += limit.unwrap_or(0);
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed && requests == limits {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// A container's `resources.requests` defaulted from its `resources.limits`, resource by resource.
+fn requests_from_limits(c: &mut Value) {
+    let Some(limits) = c
+        .pointer("/resources/limits")
+        .and_then(Value::as_object)
+        .cloned()
+    else {
+        return;
+    };
+    if let Value::Object(container) = c {
+        let requests = child_map(child_map(container, "resources"), "requests");
+        for (k, v) in limits {
+            requests.entry(k).or_insert(v);
+        }
+    }
 }
 
 fn set_default(m: &mut Map<String, Value>, key: &str, value: Value) {
@@ -189,6 +240,31 @@ pub fn default_pull_policy(image: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn qos_classes_follow_requests_and_limits() {
+        let pod = |resources: Value| {
+            let mut p = json!({"spec": {"containers": [{"name": "a", "image": "i", "resources": resources}]}});
+            apply("", "pods", &mut p);
+            p
+        };
+        let both = json!({"cpu": "500m", "memory": "64Mi"});
+        assert_eq!(qos_class(&pod(json!({}))), "BestEffort");
+        assert_eq!(qos_class(&pod(json!({"limits": both}))), "Guaranteed");
+        assert_eq!(
+            qos_class(&pod(json!({"limits": both, "requests": {"cpu": "100m"}}))),
+            "Burstable"
+        );
+        assert_eq!(
+            qos_class(&pod(json!({"limits": {"cpu": "1"}}))),
+            "Burstable"
+        );
+        let defaulted = pod(json!({"limits": both}));
+        assert_eq!(
+            defaulted.pointer("/spec/containers/0/resources/requests/memory"),
+            Some(&json!("64Mi"))
+        );
+    }
 
     #[test]
     fn deployment_defaults_match_kubernetes() {

@@ -1,6 +1,6 @@
 //! `kube-sim`: a Kubernetes API simulator that real clients (kubectl, kube-rs) accept.
 //!
-//! The crate is an API server over an in-memory [`store::Store`]. Controllers and a kubelet stand-in run in
+//! The crate is an API server over an in-memory [`store::Store`]. Controllers, a scheduler and a kubelet stand-in run in
 //! the same process on top of the store's Rust API (see the [`store`] module docs).
 //!
 //! [`Sim::start`] runs everything in-process on an ephemeral port and hands out a [`kube::Client`] and a
@@ -21,6 +21,7 @@ pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod resource;
+pub mod scheduler;
 pub mod schema;
 pub mod selector;
 pub mod server;
@@ -103,6 +104,8 @@ pub struct Config {
     pub registries: Option<PathBuf>,
     /// The Deployment and ReplicaSet controllers and the garbage collector.
     pub controllers: controller::Config,
+    /// The scheduler.
+    pub scheduler: scheduler::Config,
     /// The kubelet stand-in; its mirrors are replaced by `registries` when that is set.
     pub kubelet: kubelet::Config,
     /// What runs pods: nothing (the virtual kubelet) or a Docker engine.
@@ -132,7 +135,8 @@ impl Config {
             watch_history: 10_000,
             bookmark_interval: Duration::from_secs(1),
             registries: None,
-            controllers: controller::Config::fast(NODE_NAME),
+            controllers: controller::Config::fast(),
+            scheduler: scheduler::Config::fast(),
             kubelet: kubelet::Config::fast(NODE_NAME),
             kubelet_backend: KubeletBackend::Virtual,
         }
@@ -324,6 +328,11 @@ impl Sim {
             tokio::spawn(controller::run(
                 store.clone(),
                 config.controllers.clone(),
+                shutdown_rx.clone(),
+            )),
+            tokio::spawn(scheduler::run(
+                store.clone(),
+                config.scheduler.clone(),
                 shutdown_rx.clone(),
             )),
             tokio::spawn(server::serve(listener, tls_acceptor, state)),

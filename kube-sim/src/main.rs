@@ -37,8 +37,9 @@ enum Command {
         #[command(flatten)]
         kubelet: KubeletArgs,
     },
-    /// The k3s node contract: `server [--tls-san NAME]... [--disable X]...`; other k3s flags are accepted and
-    /// ignored. The kubelet flags (`--kubelet`, `--docker-network`, `--docker-label`) are read too.
+    /// The k3s node contract: `server [--tls-san NAME]... [--disable X]... [--kubelet-arg=max-pods=N]`; other
+    /// k3s flags are accepted and ignored. The kubelet flags (`--kubelet`, `--docker-network`,
+    /// `--docker-label`, `--nodes`) are read too.
     Server {
         /// k3s flags.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -68,9 +69,28 @@ struct KubeletArgs {
     /// A label `k=v` put on every pod container (repeatable).
     #[arg(long = "docker-label")]
     docker_label: Vec<String>,
+    /// How many nodes the virtual kubelet registers (`<name>`, `<name>-1`, …), as KWOK does.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    nodes: u32,
+    /// Each node's pod capacity, the kubelet's `max-pods`.
+    #[arg(long, default_value_t = 110)]
+    max_pods: u32,
 }
 
 impl KubeletArgs {
+    /// Sets the node count and capacity; the Docker kubelet runs one node.
+    fn apply(&self, kubelet: &mut kube_sim::kubelet::Config) -> anyhow::Result<()> {
+        if self.kubelet == KubeletKind::Docker && self.nodes > 1 {
+            anyhow::bail!(
+                "--kubelet docker runs one node; --nodes {} needs --kubelet virtual",
+                self.nodes
+            );
+        }
+        kubelet.nodes = self.nodes;
+        kubelet.max_pods = self.max_pods;
+        Ok(())
+    }
+
     /// The backend, with `api_host` for pods when it is known.
     fn backend(&self, api_host: Option<String>) -> anyhow::Result<kube_sim::KubeletBackend> {
         if self.kubelet == KubeletKind::Virtual {
@@ -147,6 +167,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             kubelet,
         } => {
             config.kubelet_backend = kubelet.backend(None)?;
+            kubelet.apply(&mut config.kubelet)?;
             config.listen = listen;
             config.kubeconfig_out = Some(kubeconfig_out);
             config.registries = registries;
@@ -163,7 +184,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 },
                 docker_network: k3s.docker_network.clone(),
                 docker_label: k3s.docker_labels.clone(),
+                nodes: k3s.nodes,
+                max_pods: k3s.max_pods,
             };
+            kubelet.apply(&mut config.kubelet)?;
             config.listen = SocketAddr::from(([0, 0, 0, 0], k3s.port));
             config.tls_sans = k3s.tls_sans;
             config.kubeconfig_server = Some(format!("https://127.0.0.1:{}", k3s.port));
@@ -180,8 +204,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .map(|h| h.trim().to_string())
                 .filter(|h| !h.is_empty())
             {
-                config.kubelet.node_name = host.clone();
-                config.controllers.node_name = Some(host);
+                config.kubelet.node_name = host;
             }
             // Pods reach the API server by the node's name on the network, which `--tls-san` names.
             config.kubelet_backend = kubelet.backend(Some(config.kubelet.node_name.clone()))?;
@@ -207,6 +230,8 @@ struct K3sArgs {
     kubelet: Option<String>,
     docker_network: Option<String>,
     docker_labels: Vec<String>,
+    nodes: u32,
+    max_pods: u32,
 }
 
 fn parse_k3s_args(args: &[String]) -> K3sArgs {
@@ -217,6 +242,8 @@ fn parse_k3s_args(args: &[String]) -> K3sArgs {
         kubelet: None,
         docker_network: None,
         docker_labels: Vec::new(),
+        nodes: 1,
+        max_pods: 110,
     };
     let mut it = args.iter().peekable();
     while let Some(arg) = it.next() {
@@ -242,6 +269,13 @@ fn parse_k3s_args(args: &[String]) -> K3sArgs {
             "--kubelet" => out.kubelet = Some(value()),
             "--docker-network" => out.docker_network = Some(value()),
             "--docker-label" => out.docker_labels.push(value()),
+            "--nodes" => out.nodes = value().parse().unwrap_or(1).max(1),
+            "--kubelet-arg" => {
+                // k3s passes `name=value` on to the kubelet; of its flags, `max-pods` sizes the node.
+                if let Some(("max-pods", n)) = value().split_once('=') {
+                    out.max_pods = n.parse().unwrap_or(110);
+                }
+            }
             _ => {}
         }
     }

@@ -59,6 +59,7 @@ mod update;
 use history::{EventKind, LogEntry, push_event};
 
 pub use admission::SERVICE_ACCOUNT_PATH;
+pub use delete::FOREGROUND_FINALIZER;
 pub use error::{Error, Result};
 pub use history::{WatchEvent, Watcher};
 pub use options::{

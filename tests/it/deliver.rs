@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dev_env::report::Silent;
+use dev_env::report::{Event, Phase, Reporter, Silent};
 use dev_env::{
     config::Config,
     deliver::{self, Outcome, PushFlags},
@@ -542,4 +542,82 @@ fn old_pods_that_drain_slowly_hold_a_push_only_when_asked() {
     assert!(patient.wait_ms >= 18_000, "{patient:?}");
     assert_eq!(patient.terminating, 0, "{patient:?}");
     app.assert_runs(&digest(&config));
+}
+
+/// When each component phase was first reported.
+#[derive(Default)]
+struct Phases(std::sync::Mutex<Vec<(Phase, std::time::Instant)>>);
+
+impl Phases {
+    /// The time from the first `from` to the first `to` reported.
+    fn between(&self, from: Phase, to: Phase) -> Duration {
+        let seen = self.0.lock().unwrap();
+        let at = |p: Phase| {
+            seen.iter()
+                .find(|(q, _)| *q == p)
+                .map(|(_, t)| *t)
+                .unwrap_or_else(|| panic!("no {p} phase was reported"))
+        };
+        at(to).saturating_duration_since(at(from))
+    }
+}
+
+impl Reporter for Phases {
+    fn report(&self, event: &Event) {
+        if let Event::Component { phase, .. } = event {
+            self.0
+                .lock()
+                .unwrap()
+                .push((*phase, std::time::Instant::now()));
+        }
+        Stderr.report(event);
+    }
+}
+
+#[test]
+fn a_pod_no_node_can_take_fails_the_push_after_the_unschedulable_grace_with_the_schedulers_message()
+{
+    let app = App::new();
+    let config = app.config();
+    up(&config).expect("dev up");
+    // A selector no node matches: every new pod stays Unschedulable.
+    let sh = Shell::new().unwrap();
+    let kc = config.state_dir().join("kubeconfig.host");
+    let patch = r#"{"spec":{"template":{"spec":{"nodeSelector":{"disktype":"none"}}}}}"#;
+    cmd!(
+        sh,
+        "kubectl --kubeconfig {kc} -n shop patch deployment app --type merge -p {patch}"
+    )
+    .run()
+    .unwrap();
+
+    app.source("v2", false);
+    let phases = Phases::default();
+    let mut outcomes = runtime()
+        .block_on(deliver::push(
+            &config,
+            &[String::from("app")],
+            PUSH,
+            &phases,
+        ))
+        .unwrap();
+    let failed = outcomes.remove(0);
+    let error = failed.error.clone().unwrap_or_default();
+    let waited = phases.between(Phase::Wait, Phase::Failed);
+    eprintln!("the wait failed after {} ms:\n{error}", waited.as_millis());
+    assert!(
+        error.contains("cannot be scheduled")
+            && error.contains(
+                "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+            ),
+        "{error}"
+    );
+    assert!(error.contains("Warning FailedScheduling"), "{error}");
+    let grace = dev_env::wait::workload::UNSCHEDULABLE_GRACE;
+    assert!(
+        waited >= grace && waited < grace + Duration::from_secs(10),
+        "the wait took {waited:?}, want the grace of {grace:?} and a few seconds"
+    );
+    // The pods that ran before keep running.
+    assert_eq!(app.running().len(), 2);
 }

@@ -118,7 +118,8 @@ async fn scale_run(binary: &Path, deployments: usize, replicas: i32) -> Result<S
     let dir = tempfile::tempdir().map_err(|e| step("a temporary directory").of(e))?;
     let (_registry, host) = start_registry(dir.path()).await?;
     let reference = push_pause_image(&host).await?;
-    let (sim, client) = start_sim(binary, dir.path(), &host).await?;
+    let pods = deployments * usize::try_from(replicas).unwrap_or(0);
+    let (sim, client) = start_sim(binary, dir.path(), &host, nodes_for(pods)).await?;
 
     let names: Vec<String> = (0..deployments).map(|i| format!("scale-{i:02}")).collect();
     let api: Api<Deployment> = Api::namespaced(client.clone(), "default");
@@ -171,9 +172,23 @@ async fn push_pause_image(host: &str) -> Result<String, Error> {
     ))
 }
 
-/// Starts kube-sim from `binary` on a free loopback port, its images
-/// mirrored to the registry at `host`, and a client of it.
-async fn start_sim(binary: &Path, dir: &Path, host: &str) -> Result<(Process, Client), Error> {
+/// A node's pod capacity, the kubelet's default `max-pods`.
+const MAX_PODS: usize = 110;
+
+/// Nodes enough for `pods` and as many again, so a rolling restart's
+/// new pods fit next to the old ones within real per-node limits.
+fn nodes_for(pods: usize) -> String {
+    (2 * pods).div_ceil(MAX_PODS).max(1).to_string()
+}
+
+/// Starts kube-sim from `binary` on a free loopback port with `nodes`
+/// nodes, its images mirrored to the registry at `host`, and a client of it.
+async fn start_sim(
+    binary: &Path,
+    dir: &Path,
+    host: &str,
+    nodes: String,
+) -> Result<(Process, Client), Error> {
     let registries = dir.join("registries.yaml");
     let text =
         format!("mirrors:\n  \"bench-registry:5000\":\n    endpoint:\n      - \"http://{host}\"\n");
@@ -186,7 +201,7 @@ async fn start_sim(binary: &Path, dir: &Path, host: &str) -> Result<(Process, Cl
     let sim = Process::spawn(
         cmd!(
             sh,
-            "{binary} serve --listen 127.0.0.1:0 --kubeconfig-out {kubeconfig} --registries {registries}"
+            "{binary} serve --listen 127.0.0.1:0 --kubeconfig-out {kubeconfig} --registries {registries} --nodes {nodes}"
         ),
         start,
     )?;

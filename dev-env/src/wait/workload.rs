@@ -17,7 +17,9 @@
 //!
 //! A pod of the new ReplicaSet that does not start (unscheduled, or stuck
 //! in `ContainerCreating`) for longer than the pending grace fails the wait
-//! with its conditions and Events (`pending`). Watch errors and a node that
+//! with its conditions and Events (`pending`); one the scheduler finds no
+//! node for (`Unschedulable`) fails sooner, after [`UNSCHEDULABLE_GRACE`],
+//! with the scheduler's message. Watch errors and a node that
 //! stops running end the wait early too (`watch`).
 
 mod pending;
@@ -72,6 +74,12 @@ pub const FATAL_REASONS: &[&str] = &[
 /// `ContainerCreating` before the wait fails.
 pub const DEFAULT_PENDING_GRACE: Duration = Duration::from_secs(60);
 
+/// How long a pod of the new ReplicaSet may stay `Unschedulable` before the
+/// wait fails (at most the pending grace): long enough for a node to free
+/// what a rolling update's old pods hold, short enough that a selector no
+/// node matches is named at once.
+pub const UNSCHEDULABLE_GRACE: Duration = Duration::from_secs(10);
+
 /// Log lines shown with a failing pod.
 const LOG_LINES: i64 = 20;
 
@@ -100,6 +108,18 @@ pub enum Error {
         grace: Duration,
         state: String,
         conditions: String,
+        events: String,
+    },
+    #[error(
+        "pod {namespace}/{pod} cannot be scheduled (for {}): {message}\nchange what the scheduler names: the pod's nodeSelector, affinity, tolerations or resource requests, or the nodes\n{events}",
+        crate::wait::Elapsed(*pending)
+    )]
+    Unschedulable {
+        namespace: String,
+        pod: String,
+        pending: Duration,
+        /// The scheduler's message.
+        message: String,
         events: String,
     },
     #[error("{namespace}/{name} exceeded its progress deadline: {message}")]
@@ -390,8 +410,12 @@ pub async fn deployment_watched(
             Verdict::Pending(_) => {
                 let stuck = unstarted(&deploy, &replica_sets, &pods);
                 let grace = options.pending_grace;
+                let grace_of = |u: &Unstarted| match u.unschedulable {
+                    Some(_) => grace.min(UNSCHEDULABLE_GRACE),
+                    None => grace,
+                };
                 if let Some((pod, pending)) =
-                    clock.overdue(stuck, grace, Instant::now(), Timestamp::now())
+                    clock.overdue(stuck, grace_of, Instant::now(), Timestamp::now())
                 {
                     return Err(pod_pending(client, ns, pod, pending, grace).await);
                 }
@@ -411,7 +435,7 @@ pub async fn deployment_watched(
     }
 }
 
-/// The error of a pod that did not start within the grace, with its events.
+/// The error of a pod that did not start within its grace, with its events.
 async fn pod_pending(
     client: &Client,
     namespace: &str,
@@ -420,6 +444,15 @@ async fn pod_pending(
     grace: Duration,
 ) -> Error {
     let events = pending::events_of(client, namespace, &pod.pod).await;
+    if let Some(message) = pod.unschedulable {
+        return Error::Unschedulable {
+            namespace: namespace.to_string(),
+            pod: pod.pod,
+            pending,
+            message,
+            events,
+        };
+    }
     Error::PodPending {
         namespace: namespace.to_string(),
         pod: pod.pod,

@@ -12,6 +12,8 @@
 //!   progress; `Available` follows `maxUnavailable`, so it normally stays `True` during a rollout.
 //! - Old ReplicaSets beyond `revisionHistoryLimit` with no replicas are deleted.
 //! - A paused Deployment is only scaled.
+//! - It owns the ReplicaSets its controller `ownerReference` names: orphans its selector matches are
+//!   adopted, owned ones whose labels stop matching are released (see [`super::ownership`]).
 
 use std::time::Duration;
 
@@ -91,10 +93,23 @@ pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) 
     let deployment_events = feed.clone().follow(GroupResource::deployments(), |e| {
         super::event_object(e).map(Key::of)
     });
-    let rs_events = feed.clone().follow(GroupResource::replicasets(), |e| {
-        let rs = super::event_object(e)?;
-        super::controller_of(rs, "Deployment").map(|owner| Key::owner(rs, owner))
-    });
+    let rs_gr = GroupResource::replicasets();
+    let watch_store = store.clone();
+    let rs_events = {
+        let (queue, delay, store) = (feed.queue.clone(), feed.delay, store.clone());
+        super::follow(&watch_store, &rs_gr, feed.shutdown.clone(), move |e| {
+            let Some(rs) = super::event_object(&e) else {
+                return;
+            };
+            if let Some(owner) = super::controller_of(rs, "Deployment") {
+                queue.add_after(Key::owner(rs, owner), delay);
+            } else if !matches!(e, WatchEvent::Deleted(_)) {
+                for key in super::selecting_owners(&store, &GroupResource::deployments(), rs) {
+                    queue.add_after(key, delay);
+                }
+            }
+        })
+    };
     // Recreate waits for old pods to be gone, so their deletion concerns the Deployment.
     let pod_events = feed.clone().follow(GroupResource::pods(), move |e| {
         let WatchEvent::Deleted(pod) = e else {
@@ -135,17 +150,20 @@ pub fn sync(store: &Store, key: &Key) -> Result<Option<Duration>, Error> {
         Err(store::Error::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let uid = meta::str_at(&d, "/metadata/uid").unwrap_or("").to_string();
-    let rs_list: Vec<Value> = store
+    let candidates = store
         .list(
             &GroupResource::replicasets(),
             Some(&key.namespace),
             &ListOptions::default(),
         )?
-        .items
-        .into_iter()
-        .filter(|rs| super::is_controlled_by(rs, "Deployment", &uid))
-        .collect();
+        .items;
+    let owner = super::ownership::Owner {
+        obj: &d,
+        api_version: "apps/v1",
+        kind: "Deployment",
+        dependents: GroupResource::replicasets(),
+    };
+    let rs_list = owner.claim(store, candidates)?;
     let mut r = Rollout {
         store,
         d,

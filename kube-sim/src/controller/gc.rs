@@ -6,6 +6,10 @@
 //! dependents, and checks a dependent against the store (never against the index alone) before acting.
 //! Deleting a ReplicaSet thus deletes its pods (gracefully), a Deployment its ReplicaSets, and a custom
 //! resource the Deployments it owns.
+//!
+//! Foreground deletion (an owner marked with the `foregroundDeletion` finalizer) is in [`foreground`].
+
+mod foreground;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -21,6 +25,15 @@ use crate::store::{self, DeleteOptions, Endpoint, ListOptions, Store, WatchEvent
 
 /// How often the set of served resources is checked for new custom resources.
 const DISCOVERY_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How often an owner deleted in the foreground looks at its dependents again without an event.
+const FOREGROUND_RECHECK: Duration = Duration::from_secs(1);
+
+/// The collector's queues: objects whose owners may be gone, and owners waiting for their dependents.
+struct Queues<'a> {
+    collect: &'a Queue<ObjKey>,
+    waiting: &'a Queue<ObjKey>,
+}
 
 /// One object, by resource, namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -41,6 +54,7 @@ pub async fn run(store: Store, config: Config, mut shutdown: watch::Receiver<boo
     let (tx, mut rx) = mpsc::unbounded_channel::<Input>();
     let mut watched: HashMap<GroupResource, JoinHandle<()>> = HashMap::new();
     let queue: Queue<ObjKey> = Queue::new();
+    let waiting: Queue<ObjKey> = Queue::new();
     let mut index = Index::default();
     let mut tick = tokio::time::interval(DISCOVERY_INTERVAL);
     let watch_shutdown = shutdown.clone();
@@ -50,9 +64,25 @@ pub async fn run(store: Store, config: Config, mut shutdown: watch::Receiver<boo
             _ = tick.tick() => discover(&store, &tx, &mut watched, &watch_shutdown),
             Some(input) = rx.recv() => {
                 let crd_changed = matches!(&input, Input::Event(gr, _) if *gr == GroupResource::crds());
-                index.apply(&store, input, &queue, config.gc_delay);
+                index.apply(&store, input, &Queues { collect: &queue, waiting: &waiting }, config.gc_delay);
                 if crd_changed {
                     discover(&store, &tx, &mut watched, &watch_shutdown);
+                }
+            }
+            key = waiting.next() => {
+                let (dependents, uid) = index.dependents_of(&key);
+                let has_dependents = |u: &str| index.dependents.get(u).is_some_and(|d| !d.is_empty());
+                match foreground::process(&store, &key, dependents, has_dependents) {
+                    // Dependents' events wake the owner; the timer covers events seen before the marking.
+                    Ok(true) => waiting.add_after(key, FOREGROUND_RECHECK),
+                    Ok(false) => {
+                        index.waiting.remove(&uid);
+                    }
+                    Err(e) if e.is_conflict() => waiting.add_after(key, config.gc_delay),
+                    Err(e) => {
+                        tracing::warn!(resource = %key.resource, name = %key.name, error = %e, "foreground deletion failed");
+                        waiting.add_after(key, FOREGROUND_RECHECK);
+                    }
                 }
             }
             key = queue.next() => {
@@ -151,12 +181,16 @@ struct Index {
     uids: HashMap<ObjKey, String>,
     /// Dependents by owner `uid`.
     dependents: HashMap<String, HashSet<ObjKey>>,
+    /// Owners deleted in the foreground, by `uid`.
+    waiting: HashMap<String, ObjKey>,
 }
 
 impl Index {
-    fn apply(&mut self, store: &Store, input: Input, queue: &Queue<ObjKey>, delay: Duration) {
+    fn apply(&mut self, store: &Store, input: Input, queues: &Queues<'_>, delay: Duration) {
+        let queue = queues.collect;
         match input {
             Input::Event(gr, WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => {
+                self.note_waiting(&gr, &obj, queues.waiting, delay);
                 let key = obj_key(&gr, &obj);
                 let uid = meta::str_at(&obj, "/metadata/uid")
                     .unwrap_or("")
@@ -193,6 +227,7 @@ impl Index {
                 queue.add_after(key, delay);
             }
             Input::Event(gr, WatchEvent::Deleted(obj)) => {
+                self.wake_owners(&obj, queues.waiting, delay);
                 let key = obj_key(&gr, &obj);
                 let uid = meta::str_at(&obj, "/metadata/uid")
                     .unwrap_or("")
@@ -222,6 +257,45 @@ impl Index {
                 }
             }
         }
+    }
+
+    /// Records an owner deleted in the foreground, and wakes the waiting owners of a changed dependent.
+    fn note_waiting(
+        &mut self,
+        gr: &GroupResource,
+        obj: &Value,
+        waiting: &Queue<ObjKey>,
+        delay: Duration,
+    ) {
+        let uid = meta::str_at(obj, "/metadata/uid").unwrap_or("");
+        if foreground::is_waiting(obj) {
+            let key = obj_key(gr, obj);
+            self.waiting.insert(uid.to_string(), key.clone());
+            waiting.add_after(key, delay);
+        } else {
+            self.waiting.remove(uid);
+        }
+        self.wake_owners(obj, waiting, delay);
+    }
+
+    /// Queues the owners of `obj` that wait for their dependents.
+    fn wake_owners(&self, obj: &Value, waiting: &Queue<ObjKey>, delay: Duration) {
+        for owner in owner_refs(obj) {
+            if let Some(key) = self.waiting.get(&owner.uid) {
+                waiting.add_after(key.clone(), delay);
+            }
+        }
+    }
+
+    /// The dependents the index knows of an object, and its `uid`.
+    fn dependents_of(&self, key: &ObjKey) -> (Vec<ObjKey>, String) {
+        let uid = self.uids.get(key).cloned().unwrap_or_default();
+        let deps = self
+            .dependents
+            .get(&uid)
+            .map(|d| d.iter().cloned().collect())
+            .unwrap_or_default();
+        (deps, uid)
     }
 
     /// An object is gone: forget its own references and check its dependents.

@@ -11,6 +11,7 @@
 pub mod deployment;
 pub mod gc;
 pub mod hash;
+mod ownership;
 mod queue;
 pub mod replicaset;
 
@@ -52,18 +53,15 @@ pub struct Config {
     pub replicaset_delay: Duration,
     /// How long after an owner disappears the garbage collector deletes its dependents.
     pub gc_delay: Duration,
-    /// The node new pods are bound to (`spec.nodeName`); `None` leaves pods for a scheduler.
-    pub node_name: Option<String>,
 }
 
 impl Config {
     /// Short delays that still keep the order of events real: for tests and local use.
-    pub fn fast(node_name: &str) -> Config {
+    pub fn fast() -> Config {
         Config {
             deployment_delay: Duration::from_millis(50),
             replicaset_delay: Duration::from_millis(30),
             gc_delay: Duration::from_millis(20),
-            node_name: Some(node_name.to_string()),
         }
     }
 }
@@ -216,6 +214,31 @@ pub(crate) fn controller_of<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value>
         .and_then(Value::as_array)?
         .iter()
         .find(|r| r["controller"] == true && r["kind"] == kind)
+}
+
+/// The controller `ownerReference` of an object, whatever its kind.
+pub(crate) fn controller_of_any(obj: &Value) -> Option<&Value> {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|r| r["controller"] == true)
+}
+
+/// The keys of the owners of `kind` in the object's namespace whose selector selects it, for an orphan
+/// that one of them may adopt.
+pub(crate) fn selecting_owners(store: &Store, gr: &GroupResource, obj: &Value) -> Vec<Key> {
+    if controller_of_any(obj).is_some() || obj.pointer("/metadata/deletionTimestamp").is_some() {
+        return Vec::new();
+    }
+    let ns = meta::namespace_of(obj);
+    store
+        .list(gr, Some(ns), &ListOptions::default())
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .iter()
+        .filter(|owner| ownership::selector_of(owner).is_some_and(|s| s.matches(obj)))
+        .map(Key::of)
+        .collect()
 }
 
 /// A controller `ownerReference` pointing at `owner`.

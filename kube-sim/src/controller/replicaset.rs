@@ -1,22 +1,28 @@
 //! The ReplicaSet controller (`pkg/controller/replicaset/replica_set.go`): keeps the number of active pods
 //! at `spec.replicas` and reports counts in `status`.
 //!
+//! - It owns the pods its controller `ownerReference` names: orphans its selector matches are adopted, owned
+//!   pods whose labels stop matching are released (and replaced), see [`super::ownership`].
 //! - Only active pods count: no `deletionTimestamp`, not `Succeeded` or `Failed`. Terminating pods leave
 //!   the counts at once and are replaced at once.
 //! - New pods are named `<rs>-<5 random characters>`, carry the template's labels and annotations and a
-//!   controller `ownerReference`, and are bound to the configured node.
+//!   controller `ownerReference`; the scheduler binds them.
 //! - Surplus pods are deleted in the order Kubernetes ranks them: unbound, then pending, then not ready,
 //!   then the most recently ready, the most restarted, the newest.
 //! - The status written is the one computed before this sync's creates and deletes, as in Kubernetes;
 //!   the resulting pod events bring the next sync.
 
 use std::cmp::Ordering;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
+use super::ownership::Owner;
 use super::{Config, Error, Feed, Key, MANAGER, Queue};
+use crate::lock::MutexExt as _;
 use crate::meta;
 use crate::resource::GroupResource;
 use crate::store::{self, DeleteOptions, Endpoint, ListOptions, Store, WriteOptions};
@@ -27,23 +33,61 @@ const COMPONENT: &str = "replicaset-controller";
 /// The most pods one sync creates (`BurstReplicas`).
 const BURST_REPLICAS: i64 = 500;
 
+/// The pods whose changes a ReplicaSet has not synced yet, by ReplicaSet: those of them its selector no
+/// longer matches are the ones to release.
+#[derive(Clone, Default)]
+pub struct Touched(Arc<Mutex<HashMap<Key, BTreeSet<String>>>>);
+
+impl Touched {
+    fn add(&self, key: Key, pod: &str) {
+        self.0
+            .lock_unpoisoned()
+            .entry(key)
+            .or_default()
+            .insert(pod.to_string());
+    }
+
+    fn take(&self, key: &Key) -> BTreeSet<String> {
+        self.0.lock_unpoisoned().remove(key).unwrap_or_default()
+    }
+}
+
 /// Runs the controller until `shutdown` flips.
 pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) {
     let feed = Feed {
-        store,
+        store: store.clone(),
         queue: Queue::new(),
         delay: config.replicaset_delay,
-        shutdown,
+        shutdown: shutdown.clone(),
     };
+    let touched = Touched::default();
     let rs_events = feed.clone().follow(GroupResource::replicasets(), |e| {
         super::event_object(e).map(Key::of)
     });
-    let pod_events = feed.clone().follow(GroupResource::pods(), |e| {
-        let pod = super::event_object(e)?;
-        super::controller_of(pod, "ReplicaSet").map(|owner| Key::owner(pod, owner))
-    });
+    let pods_gr = GroupResource::pods();
+    let watch_store = store.clone();
+    let pod_events = {
+        let (queue, delay, touched) = (feed.queue.clone(), feed.delay, touched.clone());
+        super::follow(&watch_store, &pods_gr, shutdown, move |e| {
+            let Some(pod) = super::event_object(&e) else {
+                return;
+            };
+            let deleted = matches!(e, store::WatchEvent::Deleted(_));
+            if let Some(owner) = super::controller_of(pod, "ReplicaSet") {
+                let key = Key::owner(pod, owner);
+                if !deleted {
+                    touched.add(key.clone(), meta::name_of(pod));
+                }
+                queue.add_after(key, delay);
+            } else if !deleted {
+                for key in super::selecting_owners(&store, &GroupResource::replicasets(), pod) {
+                    queue.add_after(key, delay);
+                }
+            }
+        })
+    };
     let worker = feed.work(
-        |store, key| sync(store, &config, key),
+        |store, key| sync(store, &touched, key),
         |key, e| {
             tracing::warn!(namespace = %key.namespace, replicaset = %key.name, error = %e, "sync failed; retrying");
         },
@@ -52,15 +96,14 @@ pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) 
 }
 
 /// Syncs one ReplicaSet; returns when to sync it again, if a time-based change (`minReadySeconds`) is due.
-pub fn sync(store: &Store, config: &Config, key: &Key) -> Result<Option<Duration>, Error> {
+pub fn sync(store: &Store, touched: &Touched, key: &Key) -> Result<Option<Duration>, Error> {
     let rs_gr = GroupResource::replicasets();
     let rs = match store.get(&rs_gr, Some(&key.namespace), &key.name) {
         Ok(rs) => rs,
         Err(store::Error::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    let uid = meta::str_at(&rs, "/metadata/uid").unwrap_or("").to_string();
-    let pods = owned_pods(store, &rs, &uid)?;
+    let pods = claimed_pods(store, &rs, touched.take(key))?;
     let active: Vec<&Value> = pods.iter().filter(|p| super::is_pod_active(p)).collect();
     let desired = super::int_at(&rs, "/spec/replicas", 1);
     let min_ready = super::int_at(&rs, "/spec/minReadySeconds", 0);
@@ -68,7 +111,7 @@ pub fn sync(store: &Store, config: &Config, key: &Key) -> Result<Option<Duration
 
     let status = calculate_status(&rs, &active, min_ready, now);
     if rs.pointer("/metadata/deletionTimestamp").is_none() {
-        manage_replicas(store, config, &rs, &active, desired)?;
+        manage_replicas(store, &rs, &active, desired)?;
     }
     write_status(store, &rs, status)?;
 
@@ -81,18 +124,32 @@ pub fn sync(store: &Store, config: &Config, key: &Key) -> Result<Option<Duration
     Ok(next.map(super::until))
 }
 
-/// The pods controlled by this ReplicaSet (matching its selector and owned by its `uid`).
-fn owned_pods(store: &Store, rs: &Value, uid: &str) -> Result<Vec<Value>, Error> {
+/// The pods this ReplicaSet controls, after adopting the orphans its selector matches and releasing the
+/// pods among `touched` it no longer matches. Only those can have stopped matching since the last sync.
+fn claimed_pods(store: &Store, rs: &Value, touched: BTreeSet<String>) -> Result<Vec<Value>, Error> {
+    let ns = meta::namespace_of(rs);
     let opts = ListOptions {
         label_selector: Some(selector_string(rs.pointer("/spec/selector"))),
         ..ListOptions::default()
     };
-    let list = store.list(&GroupResource::pods(), Some(meta::namespace_of(rs)), &opts)?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter(|p| super::is_controlled_by(p, "ReplicaSet", uid))
-        .collect())
+    let mut candidates = store.list(&GroupResource::pods(), Some(ns), &opts)?.items;
+    for name in touched {
+        if candidates.iter().any(|p| meta::name_of(p) == name) {
+            continue;
+        }
+        match store.get(&GroupResource::pods(), Some(ns), &name) {
+            Ok(pod) => candidates.push(pod),
+            Err(store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let owner = Owner {
+        obj: rs,
+        api_version: "apps/v1",
+        kind: "ReplicaSet",
+        dependents: GroupResource::pods(),
+    };
+    owner.claim(store, candidates)
 }
 
 /// A `LabelSelector` object in query-string form.
@@ -184,7 +241,6 @@ fn write_status(store: &Store, rs: &Value, status: Value) -> Result<(), Error> {
 
 fn manage_replicas(
     store: &Store,
-    config: &Config,
     rs: &Value,
     active: &[&Value],
     desired: i64,
@@ -194,7 +250,7 @@ fn manage_replicas(
         Ordering::Less => {
             let n = (-diff).min(BURST_REPLICAS);
             for _ in 0..n {
-                create_pod(store, config, rs)?;
+                create_pod(store, rs)?;
             }
         }
         Ordering::Greater => {
@@ -230,7 +286,7 @@ fn manage_replicas(
 }
 
 /// The pod a ReplicaSet creates from its template (`GetPodFromTemplate`).
-pub fn pod_from_template(rs: &Value, node_name: Option<&str>) -> Value {
+pub fn pod_from_template(rs: &Value) -> Value {
     let template = rs.pointer("/spec/template").cloned().unwrap_or(json!({}));
     let mut metadata = Map::new();
     metadata.insert(
@@ -247,19 +303,12 @@ pub fn pod_from_template(rs: &Value, node_name: Option<&str>) -> Value {
         "ownerReferences".into(),
         json!([super::controller_ref(rs, "apps/v1", "ReplicaSet")]),
     );
-    let mut spec = template.get("spec").cloned().unwrap_or(json!({}));
-    if let (Some(node), Value::Object(s)) = (node_name, &mut spec)
-        && s.get("nodeName")
-            .and_then(Value::as_str)
-            .is_none_or(str::is_empty)
-    {
-        s.insert("nodeName".into(), json!(node));
-    }
+    let spec = template.get("spec").cloned().unwrap_or(json!({}));
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
 }
 
-fn create_pod(store: &Store, config: &Config, rs: &Value) -> Result<(), Error> {
-    let pod = pod_from_template(rs, config.node_name.as_deref());
+fn create_pod(store: &Store, rs: &Value) -> Result<(), Error> {
+    let pod = pod_from_template(rs);
     // A generated name can collide with an existing pod; Kubernetes retries, so does this.
     let mut last = None;
     for _ in 0..3 {
@@ -384,15 +433,15 @@ mod tests {
     }
 
     #[test]
-    fn pods_from_a_template_are_owned_and_bound() {
+    fn pods_from_a_template_are_owned() {
         let rs = json!({"metadata": {"name": "web-abc", "namespace": "default", "uid": "u1"},
             "spec": {"template": {"metadata": {"labels": {"app": "web", "pod-template-hash": "abc"}},
                 "spec": {"containers": [{"name": "a", "image": "nginx"}]}}}});
-        let pod = pod_from_template(&rs, Some("node-1"));
+        let pod = pod_from_template(&rs);
         assert_eq!(pod["metadata"]["generateName"], "web-abc-");
         assert_eq!(pod["metadata"]["labels"]["pod-template-hash"], "abc");
         assert_eq!(pod["metadata"]["ownerReferences"][0]["uid"], "u1");
         assert_eq!(pod["metadata"]["ownerReferences"][0]["controller"], true);
-        assert_eq!(pod["spec"]["nodeName"], "node-1");
+        assert!(pod["spec"].get("nodeName").is_none());
     }
 }

@@ -9,17 +9,17 @@ use crate::lock::MutexExt as _;
 use crate::meta;
 use crate::store::{self, LogOptions, LogStream, PodLogs};
 
-/// Log lines by pod `uid` and container name, for the pods of one node.
+/// Log lines by pod `uid` and container name, for the pods of a kubelet's nodes.
 pub struct Logs {
-    node_name: String,
+    nodes: Vec<String>,
     lines: Mutex<HashMap<String, HashMap<String, Vec<String>>>>,
 }
 
 impl Logs {
-    /// No logs yet for the pods of this node.
-    pub fn new(node_name: &str) -> Logs {
+    /// No logs yet for the pods of these nodes.
+    pub fn new(nodes: &[String]) -> Logs {
         Logs {
-            node_name: node_name.to_string(),
+            nodes: nodes.to_vec(),
             lines: Mutex::new(HashMap::new()),
         }
     }
@@ -71,7 +71,11 @@ impl PodLogs for Logs {
         match lines {
             Some(lines) => Ok(lines.iter().map(|l| format!("{l}\n")).collect()),
             // Pods of other nodes are not this kubelet's to speak for.
-            None if meta::str_at(pod, "/spec/nodeName") != Some(self.node_name.as_str()) => {
+            None if !self
+                .nodes
+                .iter()
+                .any(|n| meta::str_at(pod, "/spec/nodeName") == Some(n.as_str())) =>
+            {
                 Ok(String::new())
             }
             None => Err(waiting_to_start(pod, container)),

@@ -18,24 +18,26 @@
 //! 7. A pod marked for deletion keeps its status (it may stay Ready, with its old `imageID`) for
 //!    `termination_delay` (at most its grace period), then is deleted with grace period 0.
 //!
-//! Pods with no `spec.nodeName` are bound to the node after `start_delay`, standing in for the scheduler.
+//! The kubelet registers [`Config::nodes`] nodes (`kube-sim`, `kube-sim-1`, … as KWOK does), each with
+//! `max_pods` pods of capacity, and runs the pods the scheduler binds to them; it never binds pods itself.
 
 pub mod docker;
 mod lifecycle;
 pub mod logs;
+mod node;
 mod pod_workers;
 pub mod reference;
 pub mod registry;
 pub mod runtime;
 mod status;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -43,9 +45,10 @@ use tokio::time::Instant;
 use crate::controller::follow;
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, Endpoint, Store, WatchEvent, WriteOptions};
+use crate::store::{self, Store, WatchEvent};
 
 pub use logs::Logs;
+pub use node::NodeIdentity;
 pub use reference::Reference;
 pub use registry::Registries;
 pub use runtime::{ContainerRuntime, VirtualRuntime};
@@ -73,9 +76,13 @@ pub enum Error {
 /// Stage delays and node identity. There is no `Default`: use [`Config::fast`] or fill every field.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The node name; pods with this `spec.nodeName` are run.
+    /// The first node's name; pods bound to it or to the other nodes (`<node_name>-1`, …) are run.
     pub node_name: String,
-    /// The node's address (`hostIP`).
+    /// How many nodes the kubelet registers and runs pods for (at least one).
+    pub nodes: u32,
+    /// Each node's pod capacity (the kubelet's `max-pods`).
+    pub max_pods: u32,
+    /// The first node's address (`hostIP`); the others follow it.
     pub node_ip: String,
     /// The first three octets of pod addresses, for example `10.42.0`.
     pub pod_network: String,
@@ -106,6 +113,8 @@ impl Config {
     pub fn fast(node_name: &str) -> Config {
         Config {
             node_name: node_name.to_string(),
+            nodes: 1,
+            max_pods: 110,
             node_ip: "172.18.0.2".to_string(),
             pod_network: "10.42.0".to_string(),
             start_delay: Duration::from_millis(30),
@@ -146,6 +155,8 @@ pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) 
 struct Kubelet<R> {
     store: Store,
     config: Config,
+    /// The nodes this kubelet runs pods for, by name.
+    nodes: HashMap<String, NodeIdentity>,
     runtime: R,
     logs: Arc<Logs>,
     next_ip: AtomicU32,
@@ -160,7 +171,9 @@ pub async fn run_with<R: ContainerRuntime>(
     runtime: R,
     shutdown: watch::Receiver<bool>,
 ) {
-    let logs = Arc::new(Logs::new(&config.node_name));
+    let identities = config.node_identities();
+    let names: Vec<String> = identities.iter().map(|n| n.name.clone()).collect();
+    let logs = Arc::new(Logs::new(&names));
     match runtime.pod_logs() {
         Some(real) => store.set_pod_logs(real),
         None => store.set_pod_logs(logs.clone()),
@@ -168,19 +181,24 @@ pub async fn run_with<R: ContainerRuntime>(
     if let Some(streams) = runtime.pod_streams() {
         store.set_pod_streams(streams);
     }
-    if let Err(e) = register_node(&store, &config) {
-        tracing::warn!(node = %config.node_name, error = %e, "registering the node failed");
+    for identity in &identities {
+        if let Err(e) = node::register(&store, identity, config.max_pods) {
+            tracing::warn!(node = %identity.name, error = %e, "registering the node failed");
+        }
     }
     let k = Arc::new(Kubelet {
         store: store.clone(),
         config,
+        nodes: identities
+            .into_iter()
+            .map(|n| (n.name.clone(), n))
+            .collect(),
         runtime,
         logs,
         next_ip: AtomicU32::new(2),
         pulls: tokio::sync::Mutex::new(()),
     });
     let mut workers: HashMap<String, (watch::Sender<Value>, JoinHandle<()>)> = HashMap::new();
-    let mut binding: HashSet<String> = HashSet::new();
     follow(&store, &GroupResource::pods(), shutdown, |e| {
         let (pod, deleted) = match &e {
             WatchEvent::Added(p) | WatchEvent::Modified(p) => (p, false),
@@ -201,19 +219,11 @@ pub async fn run_with<R: ContainerRuntime>(
                     }
                 });
             }
-            binding.remove(&uid);
             k.logs.remove(&uid);
             return;
         }
         let node = meta::str_at(pod, "/spec/nodeName").unwrap_or("");
-        if node.is_empty() {
-            let scheduler = meta::str_at(pod, "/spec/schedulerName").unwrap_or("default-scheduler");
-            if scheduler == "default-scheduler" && binding.insert(uid) {
-                tokio::spawn(bind(k.clone(), pod.clone()));
-            }
-            return;
-        }
-        if node != k.config.node_name {
+        if !k.nodes.contains_key(node) {
             return;
         }
         match workers.get(&uid) {
@@ -230,97 +240,6 @@ pub async fn run_with<R: ContainerRuntime>(
     .await;
     for (_, (_, task)) in workers {
         task.abort();
-    }
-}
-
-/// Creates (or refreshes) the Node object.
-fn register_node(store: &Store, config: &Config) -> Result<(), Error> {
-    let nodes = GroupResource::nodes();
-    let name = &config.node_name;
-    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
-            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64",
-            "node-role.kubernetes.io/control-plane": "true", "node-role.kubernetes.io/master": "true",
-            "node.kubernetes.io/instance-type": "k3s"}},
-        "spec": {"podCIDR": format!("{}.0/24", config.pod_network), "podCIDRs": [format!("{}.0/24", config.pod_network)]}});
-    let mut current = match store.get(&nodes, None, name) {
-        Ok(n) => n,
-        Err(store::Error::NotFound { .. }) => {
-            store
-                .create(&nodes, None, node, &WriteOptions::manager(MANAGER))?
-                .object
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let now = meta::now_rfc3339();
-    let resources = json!({"cpu": "2", "memory": "8145440Ki", "pods": "110", "ephemeral-storage": "102400000Ki"});
-    current["status"] = json!({
-        "conditions": [
-            {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory", "message": "kubelet has sufficient memory available", "lastHeartbeatTime": now, "lastTransitionTime": now},
-            {"type": "DiskPressure", "status": "False", "reason": "KubeletHasNoDiskPressure", "message": "kubelet has no disk pressure", "lastHeartbeatTime": now, "lastTransitionTime": now},
-            {"type": "PIDPressure", "status": "False", "reason": "KubeletHasSufficientPID", "message": "kubelet has sufficient PID available", "lastHeartbeatTime": now, "lastTransitionTime": now},
-            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now},
-        ],
-        "addresses": [{"type": "InternalIP", "address": config.node_ip}, {"type": "Hostname", "address": name}],
-        "capacity": resources, "allocatable": resources,
-        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-        "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "osImage": "kube-sim",
-            "kernelVersion": "", "containerRuntimeVersion": "containerd://1.7.23-k3s2",
-            "kubeletVersion": "v1.32.0+k3s1", "kubeProxyVersion": "v1.32.0+k3s1",
-            "machineID": "", "systemUUID": "", "bootID": ""},
-    });
-    store.update(
-        Endpoint::Status,
-        &nodes,
-        None,
-        current,
-        &WriteOptions::manager(MANAGER),
-    )?;
-    Ok(())
-}
-
-/// Binds an unscheduled pod to the node, as the scheduler would.
-async fn bind<R: ContainerRuntime>(k: Arc<Kubelet<R>>, pod: Value) {
-    tokio::time::sleep(k.config.start_delay).await;
-    let ns = meta::namespace_of(&pod).to_string();
-    let name = meta::name_of(&pod).to_string();
-    for _ in 0..3 {
-        let Ok(mut current) = k.store.get(&GroupResource::pods(), Some(&ns), &name) else {
-            return;
-        };
-        if current.pointer("/metadata/uid") != pod.pointer("/metadata/uid")
-            || meta::str_at(&current, "/spec/nodeName").is_some_and(|n| !n.is_empty())
-            || current.pointer("/metadata/deletionTimestamp").is_some()
-        {
-            return;
-        }
-        current["spec"]["nodeName"] = json!(k.config.node_name);
-        match k.store.update(
-            Endpoint::Main,
-            &GroupResource::pods(),
-            Some(&ns),
-            current,
-            &WriteOptions::manager("kube-scheduler"),
-        ) {
-            Ok(bound) => {
-                let node = &k.config.node_name;
-                let message = format!("Successfully assigned {ns}/{name} to {node}");
-                crate::controller::record_event(
-                    &k.store,
-                    &bound.object,
-                    "default-scheduler",
-                    "Normal",
-                    "Scheduled",
-                    &message,
-                );
-                return;
-            }
-            Err(store::Error::Conflict { .. }) => continue,
-            Err(e) => {
-                tracing::warn!(pod = %name, error = %e, "binding failed");
-                return;
-            }
-        }
     }
 }
 
@@ -374,6 +293,8 @@ struct PodRun {
     namespace: String,
     name: String,
     pod_ip: String,
+    /// The address of the pod's node.
+    node_ip: String,
     start_time: String,
     containers: Vec<Container>,
     restart_policy: String,

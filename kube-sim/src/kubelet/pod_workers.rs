@@ -73,6 +73,10 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
 /// The run of a pod that is starting: its IP, start time and containers, none created yet.
 fn new_run<R: ContainerRuntime>(k: &Kubelet<R>, pod: &Value) -> PodRun {
     let ip = k.next_ip.fetch_add(1, Ordering::Relaxed);
+    let node = meta::str_at(pod, "/spec/nodeName")
+        .and_then(|n| k.nodes.get(n))
+        .cloned()
+        .unwrap_or_else(|| k.config.node_identities().remove(0));
     PodRun {
         uid: meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string(),
         namespace: meta::namespace_of(pod).to_string(),
@@ -81,8 +85,9 @@ fn new_run<R: ContainerRuntime>(k: &Kubelet<R>, pod: &Value) -> PodRun {
         pod_ip: if k.runtime.is_real() {
             String::new()
         } else {
-            format!("{}.{}", k.config.pod_network, ip % 250 + 2)
+            format!("{}.{}", node.pod_network, ip % 250 + 2)
         },
+        node_ip: node.ip,
         start_time: meta::now_rfc3339(),
         containers: pod
             .pointer("/spec/containers")

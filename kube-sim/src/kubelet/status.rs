@@ -73,7 +73,8 @@ pub(super) fn container_status(c: &Container) -> Value {
 }
 
 /// The pod status for the current stages, keeping condition transition times that did not change.
-pub(super) fn pod_status(run: &PodRun, pod: &Value, node_ip: &str) -> Value {
+pub(super) fn pod_status(run: &PodRun, pod: &Value) -> Value {
+    let node_ip = &run.node_ip;
     let old = pod.get("status").cloned().unwrap_or(json!({}));
     let statuses: Vec<Value> = run.containers.iter().map(container_status).collect();
     let unready: Vec<&str> = run
@@ -108,8 +109,21 @@ pub(super) fn pod_status(run: &PodRun, pod: &Value, node_ip: &str) -> Value {
     } else {
         conds.readiness_gates_condition(pod)
     };
-    let ours = ["Initialized", "Ready", "ContainersReady", "PodScheduled"];
+    let ours = [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    ];
+    // The sandbox exists once volumes are mounted, and is gone once every container has finished.
+    let sandbox = run.volumes_ready
+        && !run
+            .containers
+            .iter()
+            .all(|c| matches!(c.stage, Stage::Terminated));
     let mut conditions = vec![
+        conds.condition("PodReadyToStartContainers", sandbox, None, None),
         conds.condition("Initialized", true, None, None),
         ready_cond,
         containers_ready_cond,
@@ -235,7 +249,7 @@ pub(super) fn write_status<R: ContainerRuntime>(k: &Arc<Kubelet<R>>, run: &PodRu
         if meta::str_at(&pod, "/metadata/uid") != Some(run.uid.as_str()) {
             return;
         }
-        let status = pod_status(run, &pod, &k.config.node_ip);
+        let status = pod_status(run, &pod);
         if pod.get("status") == Some(&status) {
             return;
         }

@@ -7,7 +7,7 @@ use tokio::sync::watch;
 use super::pod_workers::humanize;
 use super::runtime::{Exit, PullError, PulledImage};
 use super::*;
-use crate::store::{DeleteOptions, Deleted, ListOptions, StoreConfig};
+use crate::store::{DeleteOptions, Deleted, ListOptions, StoreConfig, WriteOptions};
 
 const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 const DEADLINE: Duration = Duration::from_secs(10);
@@ -76,6 +76,11 @@ impl Harness {
         let (shutdown, rx) = watch::channel(false);
         let mut config = Config::fast("node-1");
         config.backoff_base = Duration::from_millis(100);
+        tokio::spawn(crate::scheduler::run(
+            store.clone(),
+            crate::scheduler::Config::fast(),
+            rx.clone(),
+        ));
         tokio::spawn(run_with(store.clone(), config, FakeRuntime, rx));
         Harness { store, shutdown }
     }
@@ -409,7 +414,7 @@ async fn a_pre_stop_sleep_holds_the_pod_within_its_grace_period() {
 }
 
 #[tokio::test]
-async fn unbound_pods_are_bound_to_the_node() {
+async fn pods_the_scheduler_binds_to_the_node_run() {
     let h = Harness::start();
     h.create_pod(
         "loose",

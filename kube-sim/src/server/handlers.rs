@@ -322,8 +322,9 @@ impl Call<'_> {
         Ok(json_response(StatusCode::OK, &scale_of(&updated.object)))
     }
 
-    /// `DELETE` of one object: `202 Accepted` while it is only marked; once gone, the object for custom
-    /// resources, pods and services, a `Success` status for the rest.
+    /// `DELETE` of one object: `200` with the object while it is only marked (`202 Accepted` only for the
+    /// legacy `orphanDependents: false`, as kube-apiserver keeps for old clients); once gone, the object
+    /// for custom resources, pods and services, a `Success` status for the rest.
     pub(super) async fn delete(
         &self,
         req: Request<Incoming>,
@@ -331,8 +332,16 @@ impl Call<'_> {
     ) -> Result<Response<Body>, Error> {
         let (body, content_type) = read_body(req).await?;
         let opts = delete_options(&self.q, &content_type, &body)?;
+        let legacy_cascade = orphan_dependents(&self.q, &content_type, &body)? == Some(false);
         match self.store().delete(&self.gr, self.ns(), name, &opts)? {
-            Deleted::Pending(obj) => Ok(json_response(StatusCode::ACCEPTED, &self.present(obj))),
+            Deleted::Pending(obj) => {
+                let status = if legacy_cascade {
+                    StatusCode::ACCEPTED
+                } else {
+                    StatusCode::OK
+                };
+                Ok(json_response(status, &self.present(obj)))
+            }
             Deleted::Gone(obj) => {
                 let gr = &self.gr;
                 if self.info.is_custom()
@@ -446,6 +455,18 @@ fn success_status(info: &ResourceInfo, obj: &Value) -> Value {
     })
 }
 
+/// The deprecated `orphanDependents` of a delete, from the query or the body.
+fn orphan_dependents(q: &Query, content_type: &str, body: &[u8]) -> Result<Option<bool>, Error> {
+    if let Some(v) = q.get("orphanDependents") {
+        return Ok(Some(v == "true"));
+    }
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let v = object_body(Some(content_type), body)?;
+    Ok(v.get("orphanDependents").and_then(Value::as_bool))
+}
+
 fn delete_options(q: &Query, content_type: &str, body: &[u8]) -> Result<DeleteOptions, Error> {
     let mut opts = DeleteOptions {
         dry_run: dry_run(q),
@@ -475,9 +496,17 @@ fn delete_options(q: &Query, content_type: &str, body: &[u8]) -> Result<DeleteOp
         if let Some(policy) = v.get("propagationPolicy").and_then(Value::as_str) {
             opts.propagation_policy = Some(policy.to_string());
         }
-        if v.get("orphanDependents") == Some(&Value::Bool(true)) {
-            opts.propagation_policy = Some("Orphan".to_string());
-        }
+    }
+    // The legacy `orphanDependents`: `true` orphans, `false` deletes in the foreground.
+    if opts.propagation_policy.is_none() {
+        opts.propagation_policy = match orphan_dependents(q, content_type, body)? {
+            Some(true) => Some("Orphan".to_string()),
+            Some(false) => Some("Foreground".to_string()),
+            None => None,
+        };
+    }
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let v = object_body(Some(content_type), body)?;
         if v.get("dryRun")
             .and_then(Value::as_array)
             .is_some_and(|a| a.iter().any(|d| d == "All"))

@@ -32,8 +32,12 @@ impl Store {
         {
             orphan_dependents(&mut st, &self.shared.config, uid);
         }
-        let has_finalizers = !meta::is_empty_value(old.pointer("/metadata/finalizers"));
         let is_namespace = *gr == GroupResource::namespaces();
+        let foreground = !is_namespace
+            && opts.propagation_policy.as_deref() == Some("Foreground")
+            && !has_finalizer(&old, FOREGROUND_FINALIZER);
+        let has_finalizers =
+            foreground || !meta::is_empty_value(old.pointer("/metadata/finalizers"));
         let grace = if *gr == GroupResource::pods() {
             pod_grace(&old, opts.grace_period_seconds)
         } else {
@@ -45,35 +49,55 @@ impl Store {
                 .pointer("/metadata/deletionGracePeriodSeconds")
                 .and_then(Value::as_i64)
                 .unwrap_or(0);
-            if grace >= current || *gr != GroupResource::pods() {
+            if !foreground && (grace >= current || *gr != GroupResource::pods()) {
                 return Ok(Deleted::Pending((*old).clone()));
             }
         }
         if grace > 0 || has_finalizers || is_namespace {
-            return Ok(self.mark_deleted(st, gr, key, old, grace, opts.dry_run));
+            let marking = Marking {
+                grace,
+                dry_run: opts.dry_run,
+                foreground,
+            };
+            return Ok(self.mark_deleted(st, gr, key, old, marking));
         }
         self.remove(st, gr, key, old, opts.dry_run)
     }
 
     /// Marks an object as being deleted (`deletionTimestamp`, and `Terminating` for a namespace); it stays
-    /// until its grace period or finalizers are done.
+    /// until its grace period or finalizers are done. A foreground deletion adds the `foregroundDeletion`
+    /// finalizer, which the garbage collector removes once the blocking dependents are gone; an object
+    /// already marked keeps its `deletionTimestamp` then.
     fn mark_deleted(
         &self,
         mut st: MutexGuard<'_, State>,
         gr: &GroupResource,
         key: Key,
         old: Arc<Value>,
-        grace: i64,
-        dry_run: bool,
+        marking: Marking,
     ) -> Deleted {
+        let Marking {
+            grace,
+            dry_run,
+            foreground,
+        } = marking;
         let mut new = (*old).clone();
         {
             let md = metadata_mut(&mut new);
-            md.insert(
-                "deletionTimestamp".into(),
-                json!(meta::rfc3339_after(grace)),
-            );
-            md.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            if foreground {
+                let finalizers = md.entry("finalizers").or_insert_with(|| json!([]));
+                if let Value::Array(list) = finalizers {
+                    list.push(json!(FOREGROUND_FINALIZER));
+                }
+            }
+            let current = md.get("deletionGracePeriodSeconds").and_then(Value::as_i64);
+            if current.is_none_or(|c| grace < c) {
+                md.insert(
+                    "deletionTimestamp".into(),
+                    json!(meta::rfc3339_after(grace)),
+                );
+                md.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            }
         }
         if *gr == GroupResource::namespaces()
             && let Value::Object(m) = &mut new
@@ -196,6 +220,24 @@ impl Store {
         }
         waiting
     }
+}
+
+/// The finalizer of a foreground deletion: the object stays until its blocking dependents are gone.
+pub const FOREGROUND_FINALIZER: &str = "foregroundDeletion";
+
+/// How [`Store::mark_deleted`] marks an object.
+struct Marking {
+    grace: i64,
+    dry_run: bool,
+    /// Add the `foregroundDeletion` finalizer.
+    foreground: bool,
+}
+
+/// Whether the object lists a finalizer.
+fn has_finalizer(obj: &Value, finalizer: &str) -> bool {
+    obj.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .is_some_and(|f| f.iter().any(|x| x == finalizer))
 }
 
 /// Refuses a delete whose `resourceVersion` or `uid` precondition the stored object does not meet.

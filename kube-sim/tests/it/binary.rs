@@ -124,3 +124,40 @@ async fn k3s_server_contract_uses_tls_sans_and_the_kubeconfig_output_variable() 
     assert!(list.is_err(), "a name outside the SANs is refused");
     terminate(child, DEADLINE).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn k3s_kubelet_max_pods_and_the_node_count_size_the_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig.yaml");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["server", "--kubelet-arg=max-pods=7", "--nodes", "3"])
+        .args(["--https-listen-port", &port.to_string()])
+        .env("K3S_KUBECONFIG_OUTPUT", &kubeconfig);
+    let (child, _url) = spawn(cmd).await;
+    let out = kubectl_at(
+        &kubeconfig,
+        &[
+            "get",
+            "nodes",
+            "-o",
+            "jsonpath={range .items[*]}{.status.allocatable.pods}{\"\\n\"}{end}",
+        ],
+    )
+    .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let capacities: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(capacities, ["7", "7", "7"]);
+    terminate(child, DEADLINE).await;
+}

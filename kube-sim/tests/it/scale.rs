@@ -25,7 +25,10 @@ const REPLICAS: usize = 50;
 async fn a_thousand_pods_across_twenty_deployments_list_and_watch_consistently() {
     let registry = Registry::start().await;
     registry.push("bulk", "v1", &[]).await;
-    let sim = registry.sim(|_| {}).await;
+    // 110 pods per node, as a real kubelet's `max-pods` default: ten nodes hold the thousand.
+    let sim = registry
+        .sim(|c| c.kubelet.nodes = (DEPLOYMENTS * REPLICAS).div_ceil(110) as u32)
+        .await;
     let client = sim.client().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let deployments: Api<Deployment> = Api::namespaced(client, "default");
@@ -103,6 +106,17 @@ async fn a_thousand_pods_across_twenty_deployments_list_and_watch_consistently()
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
     }));
+    let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+    for p in &listed.items {
+        let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+        *per_node
+            .entry(node.expect("every pod is bound"))
+            .or_default() += 1;
+    }
+    assert!(
+        per_node.values().all(|n| *n <= 110),
+        "no node runs more than its 110 pods: {per_node:?}"
+    );
     for i in 0..DEPLOYMENTS {
         let mine = pods
             .list(&ListParams::default().labels(&format!("app=bulk-{i}")))

@@ -2,7 +2,8 @@
 //! containers stay in `ContainerCreating`/`PodInitializing` (a volume whose
 //! source is missing, a sandbox image that cannot be pulled, a taint no
 //! toleration matches). Past the grace they fail the wait, with the pod's
-//! state, its conditions and its recent Events.
+//! state, its conditions and its recent Events; a pod the scheduler found
+//! no node for (`Unschedulable`) has a shorter grace of its own.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -28,6 +29,9 @@ pub struct Unstarted {
     pub state: String,
     /// Its conditions, `Type=Status (Reason: message)`, comma-separated.
     pub conditions: String,
+    /// The scheduler's message when it found no node for the pod
+    /// (`PodScheduled=False`, reason `Unschedulable`).
+    pub unschedulable: Option<String>,
 }
 
 /// Whether `pod` has not started: `Pending` with no container running,
@@ -89,7 +93,11 @@ pub fn not_started(pod: &Pod) -> Option<Unstarted> {
             }
         }
     };
+    let unschedulable = scheduled
+        .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+        .map(|c| c.message.clone().unwrap_or_default());
     Some(Unstarted {
+        unschedulable,
         pod: pod.name_any(),
         created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
         state,
@@ -129,13 +137,13 @@ pub struct Clock {
 }
 
 impl Clock {
-    /// The first of `unstarted` pending longer than `grace` at `now`
+    /// The first of `unstarted` pending longer than its grace at `now`
     /// (`wall` on the cluster's clock), with how long. Pods no longer
     /// listed are forgotten.
     pub fn overdue(
         &mut self,
         unstarted: Vec<Unstarted>,
-        grace: Duration,
+        grace_of: impl Fn(&Unstarted) -> Duration,
         now: Instant,
         wall: Timestamp,
     ) -> Option<(Unstarted, Duration)> {
@@ -145,7 +153,7 @@ impl Clock {
         for u in unstarted {
             let seen = *self.first_seen.entry(u.pod.clone()).or_insert(now);
             let pending = pending_for(u.created, wall, now.saturating_duration_since(seen));
-            if pending > grace && overdue.is_none() {
+            if pending > grace_of(&u) && overdue.is_none() {
                 overdue = Some((u, pending));
             }
         }

@@ -331,6 +331,11 @@ fn pods_stuck_creating_or_unscheduled_have_not_started_and_running_ones_have() {
         not_started(&unscheduled).unwrap().state,
         "Pending, not scheduled: Unschedulable: 0/1 nodes are available: 1 node(s) had untolerated taint"
     );
+    assert_eq!(
+        not_started(&unscheduled).unwrap().unschedulable.as_deref(),
+        Some("0/1 nodes are available: 1 node(s) had untolerated taint")
+    );
+    assert_eq!(stuck.unschedulable, None);
 
     // Started, failing fast elsewhere, or running an init container: not
     // a start that hangs.
@@ -382,26 +387,54 @@ fn pending_time_runs_from_the_later_of_creation_and_first_sight() {
 }
 
 #[test]
+fn an_unschedulable_pod_is_overdue_after_its_shorter_grace() {
+    let wall: Timestamp = "2026-11-29T16:00:00Z".parse().unwrap();
+    let unscheduled = unstarted_pod(
+        "b",
+        "new",
+        json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+               "reason": "Unschedulable", "message": "0/1 nodes are available: 1 Too many pods."}]}),
+    );
+    let pods = || {
+        vec![
+            not_started(&unstarted_pod("a", "new", creating())).unwrap(),
+            not_started(&unscheduled).unwrap(),
+        ]
+    };
+    let grace_of = |u: &Unstarted| match u.unschedulable {
+        Some(_) => Duration::from_secs(10),
+        None => Duration::from_secs(60),
+    };
+    let t0 = Instant::now();
+    let mut clock = pending::Clock::default();
+    assert_eq!(clock.overdue(pods(), grace_of, t0, wall), None);
+    let (pod, _) = clock
+        .overdue(pods(), grace_of, t0 + Duration::from_secs(11), wall)
+        .expect("the unschedulable pod is overdue");
+    assert_eq!(pod.pod, "b");
+}
+
+#[test]
 fn the_clock_reports_a_pod_only_once_it_was_pending_past_the_grace() {
     let grace = Duration::from_secs(60);
     let wall: Timestamp = "2026-11-29T16:00:00Z".parse().unwrap();
     let stuck = || vec![not_started(&unstarted_pod("a", "new", creating())).unwrap()];
     let t0 = Instant::now();
     let mut clock = pending::Clock::default();
-    assert_eq!(clock.overdue(stuck(), grace, t0, wall), None);
+    assert_eq!(clock.overdue(stuck(), |_| grace, t0, wall), None);
     assert_eq!(
-        clock.overdue(stuck(), grace, t0 + Duration::from_secs(59), wall),
+        clock.overdue(stuck(), |_| grace, t0 + Duration::from_secs(59), wall),
         None
     );
     let (pod, pending) = clock
-        .overdue(stuck(), grace, t0 + Duration::from_secs(61), wall)
+        .overdue(stuck(), |_| grace, t0 + Duration::from_secs(61), wall)
         .expect("overdue");
     assert_eq!((pod.pod.as_str(), pending), ("a", Duration::from_secs(61)));
     // A pod that started in between is forgotten: its time starts again.
     let t1 = t0 + Duration::from_secs(62);
-    assert_eq!(clock.overdue(Vec::new(), grace, t1, wall), None);
+    assert_eq!(clock.overdue(Vec::new(), |_| grace, t1, wall), None);
     assert_eq!(
-        clock.overdue(stuck(), grace, t1 + Duration::from_secs(1), wall),
+        clock.overdue(stuck(), |_| grace, t1 + Duration::from_secs(1), wall),
         None
     );
 }
