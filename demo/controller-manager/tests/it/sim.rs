@@ -20,7 +20,7 @@ use k8s_openapi::{
     api::{
         apps::v1::Deployment,
         coordination::v1::Lease,
-        core::v1::{Container, Event, Namespace, Pod, PodSpec, PodTemplateSpec},
+        core::v1::{Container, Event, Namespace, Node, Pod, PodSpec, PodTemplateSpec},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -98,12 +98,9 @@ impl Cluster {
                     .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
             )
             .try_init();
-        let mut config = Config::ephemeral();
-        // New pods go to a node that kube-sim's kubelet stand-in does not
-        // run, so the tests decide when pods become Ready (`Kubelet`).
-        config.controllers.node_name = Some(TEST_NODE.to_string());
-        let sim = Sim::start(config).await.unwrap();
+        let sim = Sim::start(Config::ephemeral()).await.unwrap();
         let client = sim.client().await.unwrap();
+        test_node(&client).await;
 
         let crds = Api::<CustomResourceDefinition>::all(client.clone());
         let crd = crds.create(&PostParams::default(), &crd()).await.unwrap();
@@ -303,6 +300,33 @@ fn template_annotations(deployment: &Deployment) -> BTreeMap<String, String> {
 
 /// Plays the kubelet for the pods of WorkerPool `default`: marks each
 /// pod Running and Ready as soon as it is seen. Stops when dropped.
+/// Cordons kube-sim's own node and registers one that no kubelet runs,
+/// so the scheduler binds new pods there and the tests decide when they
+/// become Ready (`Kubelet`).
+async fn test_node(client: &Client) {
+    let nodes = Api::<Node>::all(client.clone());
+    let cordon = json!({"spec": {"unschedulable": true}});
+    nodes
+        .patch(kube_sim::NODE_NAME, &PatchParams::default(), &Patch::Merge(&cordon))
+        .await
+        .unwrap();
+    let node = Node {
+        metadata: ObjectMeta {
+            name: Some(TEST_NODE.to_string()),
+            ..ObjectMeta::default()
+        },
+        ..Node::default()
+    };
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    let room = json!({"cpu": "8", "memory": "16Gi", "pods": "110"});
+    let status = json!({"status": {"capacity": room, "allocatable": room,
+        "conditions": [{"type": "Ready", "status": "True"}]}});
+    nodes
+        .patch_status(TEST_NODE, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
 struct Kubelet(JoinHandle<()>);
 
 impl Kubelet {
