@@ -307,7 +307,11 @@ async fn test_node(client: &Client) {
     let nodes = Api::<Node>::all(client.clone());
     let cordon = json!({"spec": {"unschedulable": true}});
     nodes
-        .patch(kube_sim::NODE_NAME, &PatchParams::default(), &Patch::Merge(&cordon))
+        .patch(
+            kube_sim::NODE_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(&cordon),
+        )
         .await
         .unwrap();
     let node = Node {
