@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod config;
 pub mod deliver;
 pub mod docker;
+pub mod forward;
 pub mod image;
 pub mod kubeconfig;
 pub mod lifecycle;

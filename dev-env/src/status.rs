@@ -362,7 +362,7 @@ async fn node_exists(docker: &bollard::Docker, config: &Config) -> Result<bool, 
 
 /// The Deployment that runs a component: the declared one, or the one its
 /// WorkerPool controls.
-async fn deployment_of(
+pub(crate) async fn deployment_of(
     client: &Client,
     kind: RolloutKind,
     namespace: &str,

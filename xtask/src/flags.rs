@@ -45,6 +45,9 @@ pub enum Cmd {
     /// Bring the environment up, then rebuild, push and roll out every
     /// component whose sources are saved, until Ctrl-C
     Watch(Watch),
+    /// Forward local ports on 127.0.0.1 to a component's pods, following
+    /// its rollouts, until Ctrl-C
+    Forward(Forward),
     /// Run the project's checks: tests (cargo nextest), rustfmt and clippy
     Test(Test),
     /// Measure the loop's figures on this machine (median, min, max)
@@ -162,6 +165,19 @@ pub struct Watch {
 }
 
 #[derive(Debug, Args)]
+pub struct Forward {
+    /// A component declared in the environment file
+    pub component: String,
+    /// Ports as `[LOCAL:]REMOTE`, such as 8080 or 18080:8080 [default: the
+    /// component's declared `forward`]
+    #[arg(value_name = "PORT", value_parser = parse_port)]
+    pub ports: Vec<dev_env::config::PortForward>,
+    /// Print the forward's events as JSON lines
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct Reload {
     /// Components to restart [default: all declared]
     #[arg(value_name = "COMPONENT")]
@@ -188,6 +204,10 @@ pub struct Bench {
     /// Print one JSON object per figure instead of a Markdown table
     #[arg(long)]
     pub json: bool,
+}
+
+fn parse_port(s: &str) -> Result<dev_env::config::PortForward, String> {
+    s.parse()
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
