@@ -13,6 +13,7 @@ pub mod config;
 pub mod deliver;
 pub mod docker;
 pub mod forward;
+pub mod host;
 pub mod image;
 pub mod kubeconfig;
 pub mod lifecycle;

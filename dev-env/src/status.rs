@@ -45,7 +45,15 @@ impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mark = |ok: bool| if ok { "ok  " } else { "DOWN" };
         if let Some(network) = &self.network {
-            writeln!(f, "{} network  {}", mark(network.exists), network.name)?;
+            let host = network.host_gateway.as_deref().map_or(String::new(), |g| {
+                format!(" ({} = {g})", crate::host::HOST_NAME)
+            });
+            writeln!(
+                f,
+                "{} network  {}{host}",
+                mark(network.exists),
+                network.name
+            )?;
         }
         let r = &self.registry;
         let at = r
@@ -86,6 +94,9 @@ impl std::fmt::Display for Status {
 pub struct NetworkStatus {
     pub name: String,
     pub exists: bool,
+    /// The address pods reach the host at as `host.docker.internal`: the
+    /// network's IPv4 gateway.
+    pub host_gateway: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -212,11 +223,11 @@ async fn network_status(
     if !crate::plan::needs_network(config) {
         return Ok(None);
     }
+    let existing = network::inspect(docker, &config.network.name).await?;
     Ok(Some(NetworkStatus {
         name: config.network.name.clone(),
-        exists: network::inspect(docker, &config.network.name)
-            .await?
-            .is_some(),
+        exists: existing.is_some(),
+        host_gateway: existing.as_ref().and_then(network::ipv4_gateway),
     }))
 }
 
@@ -534,6 +545,7 @@ mod tests {
             network: Some(NetworkStatus {
                 name: String::from("demo"),
                 exists: true,
+                host_gateway: Some(String::from("10.0.0.1")),
             }),
             registry: RegistryStatus {
                 name: String::from("demo-registry"),
@@ -563,7 +575,7 @@ mod tests {
         };
         assert_eq!(
             status.to_string(),
-            "ok   network  demo\n\
+            "ok   network  demo (host.docker.internal = 10.0.0.1)\n\
              ok   registry demo-registry at localhost:5001\n\
              DOWN node     demo-server-0\n\
              DOWN worker  WorkerPool demo/default  runs no Ready pods\n\
