@@ -18,6 +18,7 @@ pub mod image;
 pub mod kubeconfig;
 pub mod lifecycle;
 pub mod lock;
+pub mod logs;
 pub mod manifest;
 pub mod network;
 pub mod ownership;

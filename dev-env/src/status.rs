@@ -480,60 +480,6 @@ async fn ready(client: &Client) -> bool {
     )
 }
 
-/// Streams the logs of the component's pods (the declared container) to
-/// `line`, each line prefixed with its pod; with `follow`, until they end.
-/// Returns how many pods there were.
-pub async fn logs(
-    config: &Config,
-    component: &str,
-    follow: bool,
-    line: &(dyn Fn(&str) + Sync),
-) -> Result<usize, Error> {
-    use futures::{AsyncBufReadExt, StreamExt};
-
-    let c = config.component(component)?;
-    let r = &c.rollout;
-    let client = deliver::cluster_client(config).await?;
-    let deployment = deployment_of(&client, r.kind, &r.namespace, &r.name).await?;
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &r.namespace);
-    let what = format!("Deployment {}/{deployment}", r.namespace);
-    let deploy = deployments
-        .get(&deployment)
-        .await
-        .map_err(api(what.clone()))?;
-    let selector = workload::selector_of(&deploy);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &r.namespace);
-    let list = pods
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(api(format!("the pods of {what}")))?;
-    let params = kube::api::LogParams {
-        container: Some(r.container.clone()),
-        follow,
-        ..Default::default()
-    };
-    let streams = list.items.iter().map(|pod| {
-        let (pods, params, name) = (pods.clone(), params.clone(), pod.name_any());
-        async move {
-            match pods.log_stream(&name, &params).await {
-                Ok(stream) => stream
-                    .lines()
-                    .map(move |l| format!("[{name}] {}", l.unwrap_or_default()))
-                    .boxed(),
-                Err(e) => futures::stream::once(async move {
-                    format!("[{name}] (no logs: {})", crate::apply::api_error(&e))
-                })
-                .boxed(),
-            }
-        }
-    });
-    let mut merged = futures::stream::select_all(futures::future::join_all(streams).await);
-    while let Some(text) = merged.next().await {
-        line(&text);
-    }
-    Ok(list.items.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

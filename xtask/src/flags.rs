@@ -73,7 +73,7 @@ pub enum DevCmd {
     Status(Status),
     /// `dev down` plus the network
     Reset(Reset),
-    /// Print the logs of a component's pods
+    /// Print the logs of a component's pods, or of every component's
     Logs(Logs),
 }
 
@@ -121,11 +121,18 @@ pub struct Reset {
 
 #[derive(Debug, Args)]
 pub struct Logs {
-    /// A component declared in the environment file
-    pub component: String,
-    /// Keep streaming new lines
+    /// A component declared in the environment file [default: every
+    /// component, each line prefixed `<component>/<pod>`]
+    pub component: Option<String>,
+    /// Keep streaming new lines, and the lines of pods that start later
     #[arg(short, long)]
     pub follow: bool,
+    /// Only lines newer than this, such as 10m or 1h
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub since: Option<Duration>,
+    /// Only the last N lines of each pod
+    #[arg(long, value_name = "N")]
+    pub tail: Option<u32>,
 }
 
 #[derive(Debug, Args)]
