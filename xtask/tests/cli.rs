@@ -58,7 +58,11 @@ fn help_lists_every_command() {
         (&["dev", "down", "--help"], &["--purge"]),
         (&["dev", "status", "--help"], &["--json"]),
         (&["dev", "reset", "--help"], &["--purge"]),
-        (&["dev", "logs", "--help"], &["<COMPONENT>", "--follow"]),
+        (
+            &["dev", "logs", "--help"],
+            &["[COMPONENT]", "--follow", "--since", "--tail"],
+        ),
+        (&["forward", "--help"], &["<COMPONENT>", "[PORT]...", "--json"]),
         (
             &["push-image", "--help"],
             &["<COMPONENT>...", "--no-rollout", "--timeout", "--json"],
@@ -194,6 +198,7 @@ fn unknown_components_list_the_known_ones() {
         &["push-image", "nope"][..],
         &["reload", "web", "nope"],
         &["dev", "logs", "nope"],
+        &["forward", "nope", "8080"],
     ] {
         let out = xtask(dir.path(), &[&["--config", config][..], args].concat());
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
