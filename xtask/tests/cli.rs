@@ -62,7 +62,10 @@ fn help_lists_every_command() {
             &["dev", "logs", "--help"],
             &["[COMPONENT]", "--follow", "--since", "--tail"],
         ),
-        (&["forward", "--help"], &["<COMPONENT>", "[PORT]...", "--json"]),
+        (
+            &["forward", "--help"],
+            &["<COMPONENT>", "[PORT]...", "--json"],
+        ),
         (
             &["push-image", "--help"],
             &["<COMPONENT>...", "--no-rollout", "--timeout", "--json"],
