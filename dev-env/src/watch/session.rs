@@ -51,7 +51,7 @@ pub enum Error {
     #[error(transparent)]
     Push(#[from] deliver::Error),
     #[error(transparent)]
-    Forward(#[from] forward::Error),
+    Forward(#[from] Box<forward::Error>),
     #[error("cannot tell what the components are built from")]
     Inputs(#[from] inputs::Error),
     #[error("cannot watch {}", dir.display())]
@@ -133,7 +133,7 @@ pub async fn run(
     let mut forwarders = Vec::new();
     for name in &components {
         if !config.components[name].forward.is_empty() {
-            forwarders.push(forward::bind(&config, name, &[]).await?);
+            forwarders.push(forward::bind(&config, name, &[]).await.map_err(Box::new)?);
         }
     }
     let inputs = Inputs::derive(&config)?;
