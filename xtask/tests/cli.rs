@@ -219,6 +219,12 @@ const BASE_COMPONENT: &str = "    image: demo/worker\n    build: {cargo: {packag
 /// (what, file, key named in the message, `line:col`)
 const MALFORMED: &[(&str, &str, &str, &str)] = &[
     (
+        "forwarded port out of range",
+        "name: a\ncomponents:\n  w:\nBASE    forward: [\"8080\", \"1:99999\"]\n",
+        "components.w.forward[1]",
+        "7:23",
+    ),
+    (
         "unknown top-level key",
         "name: a\nnetwrk: {}\n",
         "netwrk",
