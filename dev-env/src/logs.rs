@@ -272,3 +272,65 @@ fn started(pod: &Pod, container: &str) -> Option<i32> {
     let state = status.state.as_ref()?;
     (state.running.is_some() || state.terminated.is_some()).then_some(status.restart_count)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, running: bool, restarts: i32) -> Pod {
+        let state = if running {
+            serde_json::json!({"running": {}})
+        } else {
+            serde_json::json!({"waiting": {"reason": "ContainerCreating"}})
+        };
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "uid": format!("uid-{name}")},
+            "status": {"containerStatuses": [{
+                "name": "app", "image": "i", "imageID": "", "ready": running,
+                "restartCount": restarts, "state": state
+            }]}
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn pods_are_streamed_once_per_started_container_and_later_ones_from_their_start() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let source = Source {
+            component: String::from("web"),
+            pods: Api::namespaced(client, "shop"),
+            container: String::from("app"),
+            selector: String::from("app=web"),
+        };
+        let options = LogOptions {
+            follow: true,
+            since: Some(Duration::from_secs(600)),
+            tail: Some(5),
+        };
+        let mut streaming = Streaming::default();
+        let mut apply = |event| streaming.apply(&source, options, Ok(event));
+
+        // At the start: a running pod gets `since` and `tail`; a pending one waits.
+        let first = apply(watcher::Event::InitApply(pod("a", true, 0)));
+        assert_eq!(first.len(), 1);
+        assert_eq!(
+            (first[0].2.tail_lines, first[0].2.since_seconds),
+            (Some(5), Some(600))
+        );
+        assert!(apply(watcher::Event::InitApply(pod("b", false, 0))).is_empty());
+        assert!(apply(watcher::Event::InitDone).is_empty());
+        // The same container again is not streamed twice.
+        assert!(apply(watcher::Event::Apply(pod("a", true, 0))).is_empty());
+        // Pods that start later, and restarted containers, stream from their first line.
+        for later in [pod("b", true, 0), pod("a", true, 1)] {
+            let started = apply(watcher::Event::Apply(later));
+            assert_eq!(started.len(), 1);
+            assert!(started[0].2.follow);
+            assert_eq!(
+                (started[0].2.tail_lines, started[0].2.since_seconds),
+                (None, None)
+            );
+        }
+    }
+}
