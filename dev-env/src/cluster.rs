@@ -277,6 +277,12 @@ fn host_config(spec: &NodeSpec, port_key: &str, host_port: u16) -> HostConfig {
             .then_some(HostConfigCgroupnsModeEnum::PRIVATE),
         // The server is PID 1 itself: k3s sets up cgroups v2 as PID 1.
         init: Some(false),
+        extra_hosts: Some(
+            spec.extra_hosts
+                .iter()
+                .map(|(name, address)| format!("{name}:{address}"))
+                .collect(),
+        ),
         tmpfs: Some(spec.tmpfs.clone().into_iter().collect()),
         mounts: Some(
             spec.mounts

@@ -13,6 +13,7 @@
 //! so that teardown works whatever became of the build inputs.
 
 mod check;
+mod forward;
 pub(crate) mod locate;
 mod raw;
 mod validate;
@@ -30,6 +31,7 @@ use serde::Deserialize;
 use check::Check;
 use raw::{RawConfig, serde_problem};
 
+pub use forward::PortForward;
 pub use locate::Location;
 use locate::Locations;
 pub use validate::is_dns_label;
@@ -166,6 +168,8 @@ pub struct Component {
     pub image: String,
     pub build: Build,
     pub rollout: Rollout,
+    /// Ports forwarded from 127.0.0.1 to the component's pods.
+    pub forward: Vec<PortForward>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -53,6 +53,8 @@ pub enum Error {
     #[error(transparent)]
     Kubeconfig(#[from] kubeconfig::Error),
     #[error(transparent)]
+    Host(#[from] crate::host::Error),
+    #[error(transparent)]
     Apply(#[from] apply::Error),
     #[error(transparent)]
     State(#[from] crate::state::Error),
@@ -423,6 +425,13 @@ async fn ensure_cluster(
         });
     }
     let client = kubeconfig::client(&node.host_kubeconfig, None).await?;
+    // k3s pods resolve through CoreDNS, which k3s may be told not to run.
+    if config.cluster.provider == Provider::K3s
+        && !config.cluster.disable.iter().any(|d| d == "coredns")
+    {
+        crate::host::ensure_core_dns(&client, crate::host::gateway(config), options.timeout)
+            .await?;
+    }
     Ok(Cluster {
         node_image: Some(node_image),
         node: Some((outcome, node)),

@@ -47,8 +47,17 @@ pub async fn ensure(docker: &Docker, env: &str, spec: &NetworkSpec) -> Result<En
             None => Ensured::Unchanged,
         });
     }
+    // The gateway is declared, not left to the engine: pods reach the host
+    // there as `host.docker.internal` (`host::gateway`).
+    let gateway = spec
+        .ipv4_subnet
+        .parse::<ipnet::Ipv4Net>()
+        .ok()
+        .and_then(|net| net.hosts().next())
+        .map(|ip| ip.to_string());
     let mut config = vec![IpamConfig {
         subnet: Some(spec.ipv4_subnet.clone()),
+        gateway,
         ..IpamConfig::default()
     }];
     if let Some(v6) = &spec.ipv6_subnet {
@@ -164,6 +173,18 @@ fn alias_of(config: &Config, container: &ContainerSummary) -> Option<String> {
         Some("node") => Some(config.node_name()),
         _ => labels.get(LABEL_POD_NAME).cloned(),
     }
+}
+
+/// The IPv4 gateway of an existing network, as its IPAM configuration says.
+pub fn ipv4_gateway(network: &NetworkInspect) -> Option<String> {
+    network
+        .ipam
+        .as_ref()?
+        .config
+        .as_ref()?
+        .iter()
+        .filter_map(|c| c.gateway.clone())
+        .find(|g| !g.contains(':'))
 }
 
 pub async fn inspect(docker: &Docker, name: &str) -> Result<Option<NetworkInspect>, Error> {

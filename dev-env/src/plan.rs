@@ -73,6 +73,9 @@ pub struct NodeSpec {
     /// Files written into the container before it starts.
     pub files: BTreeMap<String, String>,
     pub network: String,
+    /// `/etc/hosts` entries, name to address: `host.docker.internal`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra_hosts: BTreeMap<String, String>,
 }
 
 /// What is mounted at a destination of the node.
@@ -248,6 +251,10 @@ pub fn node_spec(config: &Config, registry_port: Option<u16>) -> NodeSpec {
         env,
         files,
         network: config.network.name.clone(),
+        extra_hosts: BTreeMap::from([(
+            crate::host::HOST_NAME.to_string(),
+            crate::host::gateway(config).to_string(),
+        )]),
     }
 }
 

@@ -130,6 +130,23 @@ pub enum Event {
     WatchProblem {
         message: String,
     },
+    /// A forward listens on `127.0.0.1:local` for the component's port `remote`.
+    Forwarding {
+        component: String,
+        local: u16,
+        remote: u16,
+    },
+    /// A forward's new connections go to `pod` (none: no Ready pod; they wait for one).
+    ForwardTarget {
+        component: String,
+        pod: Option<String>,
+    },
+    /// A forwarded connection (on `local`; 0 for the forward as a whole) failed; the forward goes on.
+    ForwardProblem {
+        component: String,
+        local: u16,
+        message: String,
+    },
 }
 
 /// What happened to one object.
@@ -279,6 +296,32 @@ impl fmt::Display for Event {
                 *since_save_ms as f64 / 1000.0
             ),
             Event::WatchProblem { message } => write!(f, "watch: {message}"),
+            Event::Forwarding {
+                component,
+                local,
+                remote,
+            } => write!(f, "forward  {component}: 127.0.0.1:{local} -> {remote}"),
+            Event::ForwardTarget {
+                component,
+                pod: Some(pod),
+            } => write!(f, "forward  {component}: to pod {pod}"),
+            Event::ForwardTarget {
+                component,
+                pod: None,
+            } => write!(
+                f,
+                "forward  {component}: no Ready pod; connections wait for one"
+            ),
+            Event::ForwardProblem {
+                component,
+                local: 0,
+                message,
+            } => write!(f, "forward  {component}: {message}"),
+            Event::ForwardProblem {
+                component,
+                local,
+                message,
+            } => write!(f, "forward  {component} 127.0.0.1:{local}: {message}"),
         }
     }
 }

@@ -45,7 +45,15 @@ impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mark = |ok: bool| if ok { "ok  " } else { "DOWN" };
         if let Some(network) = &self.network {
-            writeln!(f, "{} network  {}", mark(network.exists), network.name)?;
+            let host = network.host_gateway.as_deref().map_or(String::new(), |g| {
+                format!(" ({} = {g})", crate::host::HOST_NAME)
+            });
+            writeln!(
+                f,
+                "{} network  {}{host}",
+                mark(network.exists),
+                network.name
+            )?;
         }
         let r = &self.registry;
         let at = r
@@ -86,6 +94,9 @@ impl std::fmt::Display for Status {
 pub struct NetworkStatus {
     pub name: String,
     pub exists: bool,
+    /// The address pods reach the host at as `host.docker.internal`: the
+    /// network's IPv4 gateway.
+    pub host_gateway: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -212,11 +223,11 @@ async fn network_status(
     if !crate::plan::needs_network(config) {
         return Ok(None);
     }
+    let existing = network::inspect(docker, &config.network.name).await?;
     Ok(Some(NetworkStatus {
         name: config.network.name.clone(),
-        exists: network::inspect(docker, &config.network.name)
-            .await?
-            .is_some(),
+        exists: existing.is_some(),
+        host_gateway: existing.as_ref().and_then(network::ipv4_gateway),
     }))
 }
 
@@ -363,7 +374,7 @@ async fn node_exists(docker: &bollard::Docker, config: &Config) -> Result<bool, 
 
 /// The Deployment that runs a component: the declared one, or the one its
 /// WorkerPool controls.
-async fn deployment_of(
+pub(crate) async fn deployment_of(
     client: &Client,
     kind: RolloutKind,
     namespace: &str,
@@ -470,60 +481,6 @@ async fn ready(client: &Client) -> bool {
     )
 }
 
-/// Streams the logs of the component's pods (the declared container) to
-/// `line`, each line prefixed with its pod; with `follow`, until they end.
-/// Returns how many pods there were.
-pub async fn logs(
-    config: &Config,
-    component: &str,
-    follow: bool,
-    line: &(dyn Fn(&str) + Sync),
-) -> Result<usize, Error> {
-    use futures::{AsyncBufReadExt, StreamExt};
-
-    let c = config.component(component)?;
-    let r = &c.rollout;
-    let client = deliver::cluster_client(config).await?;
-    let deployment = deployment_of(&client, r.kind, &r.namespace, &r.name).await?;
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &r.namespace);
-    let what = format!("Deployment {}/{deployment}", r.namespace);
-    let deploy = deployments
-        .get(&deployment)
-        .await
-        .map_err(api(what.clone()))?;
-    let selector = workload::selector_of(&deploy);
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &r.namespace);
-    let list = pods
-        .list(&ListParams::default().labels(&selector))
-        .await
-        .map_err(api(format!("the pods of {what}")))?;
-    let params = kube::api::LogParams {
-        container: Some(r.container.clone()),
-        follow,
-        ..Default::default()
-    };
-    let streams = list.items.iter().map(|pod| {
-        let (pods, params, name) = (pods.clone(), params.clone(), pod.name_any());
-        async move {
-            match pods.log_stream(&name, &params).await {
-                Ok(stream) => stream
-                    .lines()
-                    .map(move |l| format!("[{name}] {}", l.unwrap_or_default()))
-                    .boxed(),
-                Err(e) => futures::stream::once(async move {
-                    format!("[{name}] (no logs: {})", crate::apply::api_error(&e))
-                })
-                .boxed(),
-            }
-        }
-    });
-    let mut merged = futures::stream::select_all(futures::future::join_all(streams).await);
-    while let Some(text) = merged.next().await {
-        line(&text);
-    }
-    Ok(list.items.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -535,6 +492,7 @@ mod tests {
             network: Some(NetworkStatus {
                 name: String::from("demo"),
                 exists: true,
+                host_gateway: Some(String::from("10.0.0.1")),
             }),
             registry: RegistryStatus {
                 name: String::from("demo-registry"),
@@ -564,7 +522,7 @@ mod tests {
         };
         assert_eq!(
             status.to_string(),
-            "ok   network  demo\n\
+            "ok   network  demo (host.docker.internal = 10.0.0.1)\n\
              ok   registry demo-registry at localhost:5001\n\
              DOWN node     demo-server-0\n\
              DOWN worker  WorkerPool demo/default  runs no Ready pods\n\

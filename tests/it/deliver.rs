@@ -33,7 +33,7 @@ enum Workload {
 
 /// A one-crate workspace `app` serving HTTP on 8080, its workload, and a
 /// `dev-env.yaml` declaring it.
-struct App(SimProject);
+pub(crate) struct App(SimProject);
 
 impl std::ops::Deref for App {
     type Target = SimProject;
@@ -43,7 +43,7 @@ impl std::ops::Deref for App {
 }
 
 impl App {
-    fn new() -> App {
+    pub(crate) fn new() -> App {
         App::with_workload(Workload::Deployment)
     }
 
@@ -102,7 +102,7 @@ impl App {
 
     /// Writes the service: it answers every request with `version`, or
     /// exits at once when `crash`.
-    fn source(&self, version: &str, crash: bool) {
+    pub(crate) fn source(&self, version: &str, crash: bool) {
         self.write(
             "app/src/main.rs",
             &dev_env::bench::app_source(version, crash),
@@ -110,7 +110,7 @@ impl App {
     }
 
     /// Asserts that exactly the two pods run `digest`.
-    fn assert_runs(&self, digest: &str) {
+    pub(crate) fn assert_runs(&self, digest: &str) {
         let running = self.running();
         assert!(
             running.len() == 2 && running.iter().all(|id| id.ends_with(digest)),
@@ -154,7 +154,7 @@ impl Drop for App {
     }
 }
 
-fn push(config: &Config) -> Outcome {
+pub(crate) fn push(config: &Config) -> Outcome {
     push_with(config, PUSH)
 }
 
@@ -184,7 +184,7 @@ fn reload(config: &Config) -> Vec<Outcome> {
         .unwrap()
 }
 
-fn digest(config: &Config) -> String {
+pub(crate) fn digest(config: &Config) -> String {
     State::load(&config.state_dir()).unwrap().images["app"]
         .digest
         .clone()

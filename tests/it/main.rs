@@ -6,6 +6,7 @@ mod faults;
 mod image;
 mod lifecycle;
 mod prune;
+mod reach;
 mod registry;
 mod tidy;
 mod trust;

@@ -1,9 +1,12 @@
 //! `cargo xtask dev …`: the environment's lifecycle.
 
-use std::{process::ExitCode, time::Duration};
+use std::{io::IsTerminal as _, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
-use dev_env::lifecycle::{self, UpOptions};
+use dev_env::{
+    lifecycle::{self, UpOptions},
+    logs,
+};
 use xshell::Shell;
 
 use crate::{Ctx, flags};
@@ -130,22 +133,57 @@ impl flags::Status {
 impl flags::Logs {
     fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let config = ctx.config()?;
-        config.component(&self.component)?;
-        let print = |line: &str| outln!("{line}");
+        let components: Vec<String> = self.component.iter().cloned().collect();
+        for name in &components {
+            config.component(name)?;
+        }
+        let options = logs::LogOptions {
+            follow: self.follow,
+            since: self.since,
+            tail: self.tail,
+        };
+        let colour = std::io::stdout().is_terminal();
+        let one = self.component.is_some();
+        let print = |line: &logs::LogLine| {
+            let prefix = if one {
+                format!("[{}]", line.pod)
+            } else {
+                format!("{}/{}", line.component, line.pod)
+            };
+            if colour {
+                outln!("\x1b[{}m{prefix}\x1b[0m {}", colour_of(&prefix), line.text);
+            } else {
+                outln!("{prefix} {}", line.text);
+            }
+        };
+        let what = self.component.as_deref().unwrap_or("(every component)");
         let pods = ctx
-            .block_on(dev_env::status::logs(
-                &config,
-                &self.component,
-                self.follow,
-                &print,
-            ))?
-            .with_context(|| format!("dev logs {}", self.component))?;
-        if pods == 0 {
+            .block_on(async {
+                tokio::select! {
+                    result = logs::stream(&config, &components, options, &print) => Some(result),
+                    _ = tokio::signal::ctrl_c() => None,
+                }
+            })?
+            .transpose()
+            .with_context(|| format!("dev logs {what}"))?;
+        if pods == Some(0) && !self.follow {
             anyhow::bail!(
-                "component `{}` has no pods; run `cargo xtask dev up` or `push-image`",
-                self.component
+                "{} no pods; run `cargo xtask dev up` or `push-image`",
+                match &self.component {
+                    Some(c) => format!("component `{c}` has"),
+                    None => String::from("the components have"),
+                }
             );
         }
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// A terminal colour (SGR code) for a prefix, the same for the same prefix.
+fn colour_of(prefix: &str) -> u8 {
+    const COLOURS: [u8; 6] = [32, 33, 34, 35, 36, 92];
+    let hash = prefix.bytes().fold(0usize, |h, b| {
+        h.wrapping_mul(31).wrapping_add(usize::from(b))
+    });
+    COLOURS[hash % COLOURS.len()]
 }

@@ -45,6 +45,9 @@ pub enum Cmd {
     /// Bring the environment up, then rebuild, push and roll out every
     /// component whose sources are saved, until Ctrl-C
     Watch(Watch),
+    /// Forward local ports on 127.0.0.1 to a component's pods, following
+    /// its rollouts, until Ctrl-C
+    Forward(Forward),
     /// Run the project's checks: tests (cargo nextest), rustfmt and clippy
     Test(Test),
     /// Measure the loop's figures on this machine (median, min, max)
@@ -70,7 +73,7 @@ pub enum DevCmd {
     Status(Status),
     /// `dev down` plus the network
     Reset(Reset),
-    /// Print the logs of a component's pods
+    /// Print the logs of a component's pods, or of every component's
     Logs(Logs),
 }
 
@@ -121,11 +124,18 @@ pub struct Reset {
 
 #[derive(Debug, Args)]
 pub struct Logs {
-    /// A component declared in the environment file
-    pub component: String,
-    /// Keep streaming new lines
+    /// A component declared in the environment file [default: every
+    /// component, each line prefixed `<component>/<pod>`]
+    pub component: Option<String>,
+    /// Keep streaming new lines, and the lines of pods that start later
     #[arg(short, long)]
     pub follow: bool,
+    /// Only lines newer than this, such as 10m or 1h
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub since: Option<Duration>,
+    /// Only the last N lines of each pod
+    #[arg(long, value_name = "N")]
+    pub tail: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -165,6 +175,19 @@ pub struct Watch {
 }
 
 #[derive(Debug, Args)]
+pub struct Forward {
+    /// A component declared in the environment file
+    pub component: String,
+    /// Ports as `[LOCAL:]REMOTE`, such as 8080 or 18080:8080 [default: the
+    /// component's declared `forward`]
+    #[arg(value_name = "PORT", value_parser = parse_port)]
+    pub ports: Vec<dev_env::config::PortForward>,
+    /// Print the forward's events as JSON lines
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct Reload {
     /// Components to restart [default: all declared]
     #[arg(value_name = "COMPONENT")]
@@ -198,6 +221,10 @@ pub struct Bench {
     /// `target/`, node image absent), once, with its breakdown
     #[arg(long)]
     pub first_run: bool,
+}
+
+fn parse_port(s: &str) -> Result<dev_env::config::PortForward, String> {
+    s.parse()
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

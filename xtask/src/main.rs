@@ -7,6 +7,7 @@ mod output;
 mod bench;
 mod dev;
 mod flags;
+mod forward;
 mod push_image;
 mod reload;
 mod report;
@@ -44,6 +45,7 @@ fn try_main(flags: flags::Xtask) -> anyhow::Result<ExitCode> {
         flags::Cmd::PushImage(cmd) => cmd.run(sh, ctx),
         flags::Cmd::Reload(cmd) => cmd.run(sh, ctx),
         flags::Cmd::Watch(cmd) => cmd.run(ctx),
+        flags::Cmd::Forward(cmd) => cmd.run(ctx),
         flags::Cmd::Test(cmd) => cmd.run(sh, ctx),
         flags::Cmd::Bench(cmd) => cmd.run(ctx),
     }

@@ -58,7 +58,14 @@ fn help_lists_every_command() {
         (&["dev", "down", "--help"], &["--purge"]),
         (&["dev", "status", "--help"], &["--json"]),
         (&["dev", "reset", "--help"], &["--purge"]),
-        (&["dev", "logs", "--help"], &["<COMPONENT>", "--follow"]),
+        (
+            &["dev", "logs", "--help"],
+            &["[COMPONENT]", "--follow", "--since", "--tail"],
+        ),
+        (
+            &["forward", "--help"],
+            &["<COMPONENT>", "[PORT]...", "--json"],
+        ),
         (
             &["push-image", "--help"],
             &["<COMPONENT>...", "--no-rollout", "--timeout", "--json"],
@@ -194,6 +201,7 @@ fn unknown_components_list_the_known_ones() {
         &["push-image", "nope"][..],
         &["reload", "web", "nope"],
         &["dev", "logs", "nope"],
+        &["forward", "nope", "8080"],
     ] {
         let out = xtask(dir.path(), &[&["--config", config][..], args].concat());
         assert_eq!(out.status.code(), Some(1), "{args:?}: {}", text(&out));
@@ -210,6 +218,12 @@ const BASE_COMPONENT: &str = "    image: demo/worker\n    build: {cargo: {packag
 
 /// (what, file, key named in the message, `line:col`)
 const MALFORMED: &[(&str, &str, &str, &str)] = &[
+    (
+        "forwarded port out of range",
+        "name: a\ncomponents:\n  w:\nBASE    forward: [\"8080\", \"1:99999\"]\n",
+        "components.w.forward[1]",
+        "7:23",
+    ),
     (
         "unknown top-level key",
         "name: a\nnetwrk: {}\n",

@@ -98,10 +98,11 @@ impl Check<'_> {
         });
 
         let components = self.full_only(|c| {
+            let mut taken = std::collections::BTreeMap::new();
             raw.components
                 .into_iter()
                 .map(|(component, raw)| {
-                    let resolved = c.component(&component, raw);
+                    let resolved = c.component(&component, raw, &mut taken);
                     (component, resolved)
                 })
                 .collect()
@@ -330,7 +331,12 @@ impl Check<'_> {
         }
     }
 
-    fn component(&mut self, component: &str, raw: RawComponent) -> Component {
+    fn component(
+        &mut self,
+        component: &str,
+        raw: RawComponent,
+        taken: &mut std::collections::BTreeMap<u16, String>,
+    ) -> Component {
         let at = format!("components.{component}");
         if !is_dns_label(component) {
             self.problems.push(Problem {
@@ -383,10 +389,12 @@ impl Check<'_> {
                 }
             }
         };
+        let forward = self.forwards(component, &raw.forward, taken);
         Component {
             image: raw.image,
             build,
             rollout,
+            forward,
         }
     }
 

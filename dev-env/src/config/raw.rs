@@ -133,6 +133,8 @@ pub(super) struct RawComponent {
     pub(super) image: String,
     pub(super) build: Option<RawBuild>,
     pub(super) rollout: Option<RawRollout>,
+    #[serde(default)]
+    pub(super) forward: Vec<super::forward::RawPort>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -433,3 +433,45 @@ fn a_component_can_ask_its_rollouts_to_wait_for_old_pods_to_go() {
     assert!(config.components["w"].rollout.wait_for_termination);
     assert!(!config.components["v"].rollout.wait_for_termination);
 }
+
+#[test]
+fn forwards_parse_and_bad_or_shared_local_ports_point_at_their_item() {
+    let dir = workspace(&[]);
+    std::fs::write(dir.path().join("Dockerfile"), "FROM scratch\n").unwrap();
+    let component = |name: &str, forward: &str| {
+        format!(
+            "  {name}:\n    image: {name}\n    build: {{docker: {{context: ., dockerfile: Dockerfile}}}}\n    rollout: {{kind: Deployment}}\n    forward: {forward}\n"
+        )
+    };
+    let text = format!(
+        "name: a\ncomponents:\n{}",
+        component("w", "[8080, \"19090:9090\"]")
+    );
+    let config = parse_in(&dir, &text).unwrap();
+    assert_eq!(
+        config.components["w"].forward,
+        vec![
+            PortForward {
+                local: 8080,
+                remote: 8080
+            },
+            PortForward {
+                local: 19090,
+                remote: 9090
+            }
+        ]
+    );
+
+    let text = format!(
+        "name: a\ncomponents:\n{}{}",
+        component("v", "[\"8080\"]"),
+        component("w", "[\"x:80\", \"8080:81\"]")
+    );
+    let found = problems_in(&dir, &text);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[0].key, "components.w.forward[0]");
+    assert!(found[0].message.contains("`x`"), "{found:?}");
+    assert_eq!((found[0].location.line, found[0].location.column), (12, 15));
+    assert_eq!(found[1].key, "components.w.forward[1]");
+    assert!(found[1].message.contains("already forwarded for `v`"));
+}

@@ -27,6 +27,7 @@ use tokio::sync::mpsc;
 use super::inputs::{self, Inputs, Owner};
 use crate::config::{self, Config};
 use crate::deliver::{self, Outcome, PushFlags};
+use crate::forward;
 use crate::image::cargo::Cancel;
 use crate::lifecycle::{self, UpOptions};
 use crate::lock;
@@ -49,6 +50,8 @@ pub enum Error {
     Up(#[from] lifecycle::Error),
     #[error(transparent)]
     Push(#[from] deliver::Error),
+    #[error(transparent)]
+    Forward(#[from] Box<forward::Error>),
     #[error("cannot tell what the components are built from")]
     Inputs(#[from] inputs::Error),
     #[error("cannot watch {}", dir.display())]
@@ -128,6 +131,12 @@ pub async fn run(
         prune: true,
     };
     lifecycle::up(&config, up, reporter).await?;
+    let mut forwarders = Vec::new();
+    for name in &components {
+        if !config.components[name].forward.is_empty() {
+            forwarders.push(forward::bind(&config, name, &[]).await.map_err(Box::new)?);
+        }
+    }
     let inputs = Inputs::derive(&config)?;
     let mut turn = Loop {
         config,
@@ -144,7 +153,16 @@ pub async fn run(
     for name in turn.components.clone() {
         turn.start(&name, now);
     }
-    turn.watch(shutdown).await
+    // The declared forwards stay open, following rollouts, while the
+    // session runs.
+    let forwarding = async {
+        futures::future::join_all(forwarders.into_iter().map(|f| f.run(reporter))).await;
+        std::future::pending::<()>().await;
+    };
+    tokio::select! {
+        result = turn.watch(shutdown) => result,
+        () = forwarding => Ok(()),
+    }
 }
 
 impl<'a> Loop<'a> {

@@ -459,3 +459,56 @@ async fn kubectl_attach_streams_the_main_process_output_and_feeds_its_stdin() {
     );
     sim.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_port_forward_speaks_the_websocket_channel_protocol_and_reports_a_closed_port() {
+    let fx = Fixture::start().await;
+    let sim = fx.sim().await;
+    serving_pod(&fx, &sim, "web").await;
+    let pods: kube::Api<Pod> =
+        kube::Api::namespaced(sim.client().await.expect("a client"), "default");
+
+    let session = async {
+        let mut forwarder = pods
+            .portforward("web", &[8080])
+            .await
+            .expect("the upgrade is accepted");
+        let mut stream = forwarder.take_stream(8080).expect("a stream for 8080");
+        stream
+            .write_all(b"GET /kube-rs HTTP/1.0\r\nHost: web\r\n\r\n")
+            .await
+            .expect("the request is sent");
+        let mut answer = String::new();
+        stream
+            .read_to_string(&mut answer)
+            .await
+            .expect("the answer is read");
+        drop(stream);
+        // The server closed the WebSocket when the pod closed the connection, as the kubelet does;
+        // kube-rs then fails to send its own close, which is not the server's doing.
+        forwarder.abort();
+        answer
+    };
+    let answer = tokio::time::timeout(STEP, session)
+        .await
+        .expect("the forward answers within the deadline");
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.ends_with("ok /kube-rs"), "{answer}");
+
+    // Nothing listens on 9999: the error channel carries the kubelet's message.
+    let closed = async {
+        let mut forwarder = pods.portforward("web", &[9999]).await.expect("the upgrade");
+        let error = forwarder.take_error(9999).expect("an error channel");
+        error.await
+    };
+    let error = tokio::time::timeout(STEP, closed)
+        .await
+        .expect("the error arrives within the deadline");
+    assert!(
+        error
+            .as_deref()
+            .is_some_and(|e| e.contains("error forwarding port 9999 to pod default/web")),
+        "{error:?}"
+    );
+    sim.shutdown().await;
+}

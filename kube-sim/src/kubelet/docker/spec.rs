@@ -105,6 +105,7 @@ pub(super) fn create_body(
                 typ: Some(MountType::VOLUME),
                 ..Mount::default()
             }]),
+            extra_hosts: Some(extra_hosts(pod)),
             ..HostConfig::default()
         }),
         networking_config: Some(NetworkingConfig {
@@ -118,6 +119,55 @@ pub(super) fn create_body(
         }),
         ..ContainerCreateBody::default()
     }
+}
+
+/// The name under which containers on a Docker network reach the host.
+const HOST_NAME: &str = "host.docker.internal";
+
+/// The `/etc/hosts` entries of a pod container (`name:address`): the pod's `hostAliases`, and the node's own
+/// `host.docker.internal` entry, so pods reach the host at the address the node was given for it.
+fn extra_hosts(pod: &Value) -> Vec<String> {
+    static NODE_HOST: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let node_host = NODE_HOST.get_or_init(|| {
+        let hosts = std::fs::read_to_string("/etc/hosts").ok()?;
+        host_address(&hosts, HOST_NAME).map(str::to_string)
+    });
+    let mut entries: Vec<String> = node_host
+        .iter()
+        .map(|address| format!("{HOST_NAME}:{address}"))
+        .collect();
+    for alias in pod
+        .pointer("/spec/hostAliases")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(ip) = alias["ip"].as_str() else {
+            continue;
+        };
+        for name in alias["hostnames"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            entries.push(format!("{name}:{ip}"));
+        }
+    }
+    entries
+}
+
+/// The address a hosts file gives `name`, the last line naming it winning as in the resolver.
+fn host_address<'a>(hosts: &'a str, name: &str) -> Option<&'a str> {
+    hosts
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .filter_map(|l| {
+            let mut fields = l.split_whitespace();
+            let address = fields.next()?;
+            fields.any(|n| n == name).then_some(address)
+        })
+        .next_back()
 }
 
 /// `user[:group]` from `runAsUser` and `runAsGroup`, the container's over the pod's.
@@ -155,4 +205,23 @@ pub(super) fn service_account_tar(
         builder.append_data(&mut header, name, contents.as_bytes())?;
     }
     builder.into_inner()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_nodes_host_entry_and_the_pods_host_aliases_become_extra_hosts() {
+        let hosts =
+            "127.0.0.1 localhost\n# 1.1.1.1 host.docker.internal\n10.2.3.1\thost.docker.internal\n";
+        assert_eq!(host_address(hosts, HOST_NAME), Some("10.2.3.1"));
+        assert_eq!(host_address(hosts, "other"), None);
+        let pod = serde_json::json!({"spec": {"hostAliases": [{"ip": "10.0.0.9", "hostnames": ["a", "b"]}]}});
+        let entries = extra_hosts(&pod);
+        assert!(
+            entries.ends_with(&["a:10.0.0.9".to_string(), "b:10.0.0.9".to_string()]),
+            "{entries:?}"
+        );
+    }
 }

@@ -8,12 +8,14 @@
 //!   `v4.channel.k8s.io` for older clients (one SPDY stream per channel).
 //! - `portforward` speaks SPDY/3.1 (`portforward.k8s.io`), either over a plain SPDY upgrade or tunnelled
 //!   in WebSocket binary messages (subprotocol `SPDY/3.1+portforward.k8s.io`, kubectl's first choice
-//!   since 1.31).
+//!   since 1.31), or the kubelet's WebSocket channel protocol (`v4.channel.k8s.io`, kube-rs's), one
+//!   connection per port and WebSocket.
 
 mod dictionary;
 mod exec;
 mod exec_spdy;
 mod portforward;
+mod portforward_ws;
 mod spdy;
 mod tunnel;
 

@@ -50,9 +50,27 @@ pub(super) fn serve(
     let on_upgrade = hyper::upgrade::on(&mut req);
     let headers = req.headers();
     if wants_websocket(headers) {
+        if let Some(accepted) = accept_websocket(headers, super::portforward_ws::PROTOCOL)
+            .filter(|_| accept_websocket(headers, TUNNELED).is_none())
+        {
+            let query = crate::server::Query::parse(req.uri().query());
+            let values: Vec<&str> = query
+                .0
+                .iter()
+                .filter(|(k, _)| k == "ports")
+                .map(|(_, v)| v.as_str())
+                .collect();
+            let ports = super::portforward_ws::ports(&values).map_err(store::Error::BadRequest)?;
+            spawn_session("port-forward", shutdown, async move {
+                let ws = websocket(on_upgrade).await?;
+                super::portforward_ws::run(ws, pod, streams, ports).await
+            });
+            return Ok(accepted);
+        }
         let Some(accepted) = accept_websocket(headers, TUNNELED) else {
             return Err(store::Error::BadRequest(format!(
-                "pods/portforward over WebSocket is served with the {TUNNELED} subprotocol only"
+                "pods/portforward over WebSocket is served with the {TUNNELED} or {} subprotocols",
+                super::portforward_ws::PROTOCOL
             )));
         };
         spawn_session("port-forward", shutdown, async move {
