@@ -11,6 +11,7 @@ mod lifecycle;
 mod oci;
 mod openapi;
 mod protobuf;
+mod rbac;
 mod rollout;
 mod scale;
 mod semantics;
