@@ -5,6 +5,7 @@ mod deliver;
 mod faults;
 mod image;
 mod lifecycle;
+mod operator;
 mod registry;
 mod tidy;
 mod trust;
