@@ -192,6 +192,28 @@ async fn a_created_token_is_allowed_what_its_role_grants_and_refused_the_rest() 
     );
     assert!(!rules.contains("*.*"), "{rules}");
 
+    // Tokens live at least ten minutes; a missing account gets none.
+    let short = kubectl_at(
+        sim.kubeconfig_path(),
+        &["create", "token", "robot", "-n", "demo", "--duration=1m"],
+    )
+    .await;
+    let err = String::from_utf8_lossy(&short.stderr);
+    assert!(
+        err.contains("may not specify a duration less than 10 minutes"),
+        "{err}"
+    );
+    let missing = kubectl_at(
+        sim.kubeconfig_path(),
+        &["create", "token", "ghost", "-n", "demo"],
+    )
+    .await;
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        err.contains(r#"serviceaccounts "ghost" not found"#),
+        "{err}"
+    );
+
     // Deleting the account revokes its tokens.
     kubectl_ok(&sim, &["delete", "serviceaccount", "robot", "-n", "demo"]).await;
     let (ok, _, err) = kubectl_as(&robot, &["get", "configmaps"]).await;
