@@ -97,8 +97,15 @@ impl Operator {
     }
 
     fn manager_logs(&self) -> String {
-        self.kubectl(&["-n", "demo", "logs", "deployment/controller-manager"])
-            .unwrap_or_else(|e| e)
+        self.kubectl(&[
+            "-n",
+            "demo",
+            "logs",
+            "-l",
+            "app.kubernetes.io/name=controller-manager",
+            "--tail=-1",
+        ])
+        .unwrap_or_else(|e| e)
     }
 }
 
