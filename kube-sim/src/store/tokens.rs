@@ -124,3 +124,71 @@ impl Store {
         (meta::str_at(&sa, "/metadata/uid").unwrap_or_default() == identity.uid).then_some(identity)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::{DeleteOptions, StoreConfig, WriteOptions};
+
+    fn account(store: &Store) {
+        store
+            .create(
+                &GroupResource::new("", "serviceaccounts"),
+                Some("default"),
+                json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}}),
+                &WriteOptions::manager("test"),
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn a_token_lasts_while_its_account_does_and_until_it_expires() {
+        let store = Store::new(StoreConfig { history: 100 });
+        assert!(
+            store
+                .issue_token("default", "robot", &TokenOptions::default())
+                .is_err(),
+            "no account, no token"
+        );
+        account(&store);
+        let lasting = store
+            .issue_token("default", "robot", &TokenOptions::default())
+            .unwrap();
+        let identity = store.token_identity(&lasting.token).unwrap();
+        assert_eq!(
+            (
+                identity.namespace.as_str(),
+                identity.service_account.as_str()
+            ),
+            ("default", "robot")
+        );
+        let expired = store
+            .issue_token(
+                "default",
+                "robot",
+                &TokenOptions {
+                    expiration_seconds: Some(-1),
+                    ..TokenOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(store.token_identity(&expired.token), None);
+        assert_eq!(store.token_identity("made-up"), None);
+
+        // A new account of the same name is another account.
+        store
+            .delete(
+                &GroupResource::new("", "serviceaccounts"),
+                Some("default"),
+                "robot",
+                &DeleteOptions::default(),
+            )
+            .unwrap();
+        assert_eq!(store.token_identity(&lasting.token), None);
+        account(&store);
+        assert_eq!(store.token_identity(&lasting.token), None);
+        store.forget_token(&lasting.token);
+    }
+}
