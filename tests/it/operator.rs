@@ -20,8 +20,11 @@ const MANIFESTS: &[&str] = &[
     "40-workerpool-default.yaml",
 ];
 
-/// The repository's environment under another name and subnet, built from
-/// the repository's packages, in `target/it/<name>/`.
+/// The repository's environment under another name and subnet: its
+/// manifests copied into `target/it/<name>/manifests`, and a configuration
+/// at the repository root (`dev-env.<name>.yaml`, removed on drop), so its
+/// components build from the repository's packages into the repository's
+/// release target directory, as `cargo xtask dev up` builds them.
 struct Operator(SimProject);
 
 impl Operator {
@@ -32,34 +35,40 @@ impl Operator {
                 .expect("a manifest of the repository");
             env.write(&format!("manifests/{file}"), &text);
         }
-        let root = repo_root();
-        let context = root.join("demo/controller-manager");
-        env.write(
-            "dev-env.yaml",
-            &format!(
-                "name: {}\nnetwork: {{ipv4Subnet: {}}}\ncluster: {{provider: sim}}\nmanifests: [manifests]\n\
+        let manifests = env.dir.join("manifests");
+        std::fs::write(
+            Operator::config_path(&env.name),
+            format!(
+                "name: {}\nnetwork: {{ipv4Subnet: {}}}\ncluster: {{provider: sim}}\nmanifests: [{}]\n\
                  components:\n  worker:\n    image: demo/worker\n    build: {{cargo: {{package: worker, bin: worker}}}}\n    \
                  rollout: {{kind: WorkerPool, namespace: demo, name: default, container: worker}}\n  \
                  controller-manager:\n    image: demo/controller-manager\n    build:\n      docker:\n        \
-                 context: {}\n        dockerfile: Dockerfile\n        \
+                 context: demo/controller-manager\n        dockerfile: Dockerfile\n        \
                  cargo: {{package: controller-manager, bin: controller-manager}}\n    \
                  rollout: {{kind: Deployment, namespace: demo, name: controller-manager, container: manager}}\n",
                 env.name,
                 env.subnet,
-                context.display()
+                manifests.display()
             ),
-        );
+        )
+        .expect("the configuration is written");
         Operator(env)
+    }
+
+    fn config_path(name: &str) -> std::path::PathBuf {
+        repo_root().join(format!("dev-env.{name}.yaml"))
+    }
+
+    fn config(&self) -> Config {
+        Config::load(&Operator::config_path(&self.0.name)).expect("a valid configuration")
     }
 
     fn kubectl(&self, args: &[&str]) -> Result<String, String> {
         let sh = Shell::new().unwrap();
         let kc = self
-            .0
-            .dir
-            .join(".dev-env")
-            .join(&self.0.name)
-            .join("kubeconfig.host");
+            .config()
+            .state_dir()
+            .join(dev_env::kubeconfig::HOST_FILE);
         cmd!(sh, "kubectl --kubeconfig {kc} {args...}")
             .quiet()
             .ignore_status()
@@ -111,13 +120,16 @@ impl Operator {
 
 impl Drop for Operator {
     fn drop(&mut self) {
-        if let Ok(config) = Config::load(&self.0.dir.join("dev-env.yaml")) {
+        let path = Operator::config_path(&self.0.name);
+        if let Ok(config) = Config::load(&path) {
             let _ = runtime().block_on(lifecycle::down(
                 &config,
                 lifecycle::DownOptions::RESET_PURGE,
                 &Silent,
             ));
+            let _ = std::fs::remove_dir_all(config.state_dir());
         }
+        let _ = std::fs::remove_file(path);
     }
 }
 
@@ -145,7 +157,7 @@ fn mounted_token(env: &Operator, selector: &str) -> String {
 #[test]
 fn the_controller_manager_runs_in_cluster_under_its_rbac_and_fails_without_patch_on_status() {
     let env = Operator::new();
-    let config = env.0.config();
+    let config = env.config();
     // `dev up` waits until the WorkerPool reports its generation converged,
     // which only the controller-manager, in its pod, with its ClusterRole,
     // writes.
