@@ -113,6 +113,10 @@ pub fn resource_list(resources: &[Arc<ResourceInfo>], group: &str, version: &str
             list.push(json!({"name": format!("{}/log", r.plural), "singularName": "", "namespaced": r.namespaced,
                 "kind": "Pod", "verbs": ["get"]}));
         }
+        if is_service_accounts(r) {
+            list.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true,
+                "group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest", "verbs": ["create"]}));
+        }
     }
     if list.is_empty() {
         return None;
@@ -190,6 +194,10 @@ fn aggregated_resource(r: &ResourceInfo, version: &str) -> Value {
             json!({"subresource": "log", "responseKind": kind("", "v1", "Pod"), "verbs": ["get"]}),
         );
     }
+    if is_service_accounts(r) {
+        subresources.push(json!({"subresource": "token",
+            "responseKind": kind("authentication.k8s.io", "v1", "TokenRequest"), "verbs": ["create"]}));
+    }
     let mut entry = json!({
         "resource": r.plural,
         "responseKind": kind(&r.group, version, &r.kind),
@@ -204,6 +212,11 @@ fn aggregated_resource(r: &ResourceInfo, version: &str) -> Value {
         }
     }
     entry
+}
+
+/// Whether `r` is the core `serviceaccounts`, whose `token` subresource issues tokens.
+fn is_service_accounts(r: &ResourceInfo) -> bool {
+    r.group.is_empty() && r.plural == "serviceaccounts"
 }
 
 /// The short names and categories of a resource, where it has any, on its discovery entry.

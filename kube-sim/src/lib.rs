@@ -20,6 +20,7 @@ pub mod machinery;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
+pub mod rbac;
 pub mod resource;
 pub mod scheduler;
 pub mod schema;
@@ -305,6 +306,8 @@ impl Sim {
             history: config.watch_history,
         });
         machinery::publish_namespace_defaults(&store, ca_pem.as_deref().unwrap_or_default());
+        rbac::defaults::ensure(&store);
+        rbac::aggregation::aggregate(&store);
         let (shutdown, shutdown_rx) = watch::channel(false);
         let state = Arc::new(server::ServerState {
             store: store.clone(),
@@ -325,6 +328,7 @@ impl Sim {
                 ca_pem.clone().unwrap_or_default(),
                 shutdown_rx.clone(),
             )),
+            tokio::spawn(rbac::aggregation::run(store.clone(), shutdown_rx.clone())),
             tokio::spawn(controller::run(
                 store.clone(),
                 config.controllers.clone(),

@@ -1,4 +1,5 @@
-//! The HTTP(S) API server: authentication, routing of Kubernetes REST paths onto the [`Store`], watch streams.
+//! The HTTP(S) API server: authentication and RBAC authorization, routing of Kubernetes REST paths onto the
+//! [`Store`], watch streams.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -20,12 +21,14 @@ use crate::discovery;
 use crate::resource::{GroupResource, ResourceInfo};
 use crate::store::{Error, FieldValidation, Store};
 
+mod authz;
 mod convert;
 mod handlers;
 mod openapi;
 mod protobuf;
 mod review;
 mod stream;
+mod token;
 mod watch;
 
 use handlers::Call;
@@ -258,7 +261,8 @@ async fn handle(state: Arc<ServerState>, req: Request<Incoming>) -> Response<Bod
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     tracing::debug!(%method, uri = %req.uri(), "request");
-    // What `system:public-info-viewer` grants everyone, authenticated or not.
+    // What `system:public-info-viewer` grants everyone, authenticated or not (anonymous requests get no
+    // further).
     match path.as_str() {
         "/healthz" | "/readyz" | "/livez" => {
             let mut r = Response::new(full("ok"));
@@ -273,9 +277,17 @@ async fn handle(state: Arc<ServerState>, req: Request<Incoming>) -> Response<Bod
         }
         _ => {}
     }
-    let Some(user) = review::authenticate(&state, &req) else {
+    let Some(user) = authz::authenticate(&state, &req) else {
         return error_response(&Error::Unauthorized);
     };
+    let user = match authz::impersonate(&state, req.headers(), user) {
+        Ok(user) => user,
+        Err(e) => return error_response(&e),
+    };
+    let query = Query::parse(req.uri().query());
+    if let Err(e) = authz::authorize(&state, &user, &method, &path, &query) {
+        return error_response(&e);
+    }
     if path.starts_with("/openapi/") {
         return openapi::respond(&state, &req, &path).await;
     }
@@ -379,7 +391,7 @@ async fn resource_request(
     state: &ServerState,
     req: Request<Incoming>,
     p: ApiPath,
-    user: &review::User,
+    user: &crate::rbac::User,
 ) -> Result<Response<Body>, Error> {
     let gr = GroupResource::new(&p.group, &p.resource);
     let info = state.store.resource(&gr)?;
@@ -387,7 +399,7 @@ async fn resource_request(
         return Err(Error::ResourceNotFound);
     }
     if info.review {
-        return review::answer(&info, req, &p, user).await;
+        return review::answer(state, &info, req, &p, user).await;
     }
     if info.namespaced != p.namespace.is_some() && p.name.is_some() {
         return Err(Error::ResourceNotFound);
@@ -400,6 +412,9 @@ async fn resource_request(
         Some("status") if info.status_subresource => {}
         Some("scale") if info.scale_subresource => {}
         Some("log") if info.log_subresource => {}
+        Some("token") if gr == GroupResource::new("", "serviceaccounts") && p.name.is_some() => {
+            return token::request(state, req, &p).await;
+        }
         Some(sub @ ("exec" | "attach" | "portforward"))
             if gr == GroupResource::pods() && p.name.is_some() =>
         {

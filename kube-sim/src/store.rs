@@ -31,8 +31,9 @@
 //! - Pod logs: [`Store::set_pod_logs`] installs the [`PodLogs`] source behind `GET …/pods/<name>/log`.
 //! - Pod streams: [`Store::set_pod_streams`] installs the [`PodStreams`] behind `pods/exec` and
 //!   `pods/portforward` (only a kubelet with real containers has one).
-//! - Service-account tokens: [`Store::register_token`] adds a bearer token the API server accepts besides its
-//!   own, mapped to a user name such as `system:serviceaccount:<ns>:<sa>` (the Docker kubelet's pods use them).
+//! - Service-account tokens: [`Store::issue_token`] issues a bearer token the API server accepts besides its
+//!   own for a service account (`TokenRequest`, and the Docker kubelet for its pods); [`Store::token_identity`]
+//!   maps it back while the account exists and the token has not expired or been forgotten.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -54,6 +55,7 @@ mod list;
 mod options;
 mod patch;
 mod streams;
+mod tokens;
 mod update;
 
 use history::{EventKind, LogEntry, push_event};
@@ -68,6 +70,7 @@ pub use options::{
 };
 pub use patch::Patched;
 pub use streams::{ExecOutput, ExecRequest, ExecSession, PodStreams, Resize};
+pub use tokens::{IssuedToken, TokenIdentity, TokenOptions};
 pub use update::{Endpoint, Written};
 
 type Key = (String, String);
@@ -86,7 +89,7 @@ struct Shared {
     changed: watch::Sender<u64>,
     logs: RwLock<Option<Arc<dyn PodLogs>>>,
     streams: RwLock<Option<Arc<dyn PodStreams>>>,
-    tokens: RwLock<HashMap<String, String>>,
+    tokens: RwLock<HashMap<String, tokens::TokenIdentity>>,
     config: StoreConfig,
 }
 
@@ -225,22 +228,19 @@ impl Store {
         source.and_then(|s| s.stream(&pod, options)).transpose()
     }
 
-    /// Adds a bearer token that authenticates as `user` (for example `system:serviceaccount:default:default`).
-    pub fn register_token(&self, token: &str, user: &str) {
-        self.shared
-            .tokens
-            .write_unpoisoned()
-            .insert(token.to_string(), user.to_string());
-    }
-
-    /// Removes a token added with [`Store::register_token`].
-    pub fn forget_token(&self, token: &str) {
-        self.shared.tokens.write_unpoisoned().remove(token);
-    }
-
-    /// The user a registered token authenticates as.
-    pub fn token_user(&self, token: &str) -> Option<String> {
-        self.shared.tokens.read_unpoisoned().get(token).cloned()
+    /// The stored objects of a resource (in one namespace, or all), shared rather than copied.
+    pub fn snapshot(&self, gr: &GroupResource, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        let st = self.lock();
+        st.objects
+            .get(gr)
+            .map(|objects| {
+                objects
+                    .iter()
+                    .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
+                    .map(|(_, o)| o.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The description of a served resource.

@@ -5,6 +5,7 @@ mod deliver;
 mod faults;
 mod image;
 mod lifecycle;
+mod operator;
 mod prune;
 mod reach;
 mod registry;

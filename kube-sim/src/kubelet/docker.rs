@@ -16,8 +16,9 @@
 //! - Before a container starts, a service-account token, `ca.crt` and `namespace` are copied into
 //!   `/var/run/secrets/kubernetes.io/serviceaccount/` (a tar upload into an anonymous volume, so it works
 //!   with a read-only root filesystem; no host bind mounts), and
-//!   `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` point at the API server. The token is registered
-//!   in the store as `system:serviceaccount:<namespace>:<name>` while the container exists.
+//!   `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` point at the API server. The token is issued for
+//!   the pod's service account (`system:serviceaccount:<namespace>:<name>`, authorized by RBAC) and works
+//!   while the container and the account exist; a missing account fails the start, which is retried.
 //! - Readiness and liveness probes (`httpGet`, `tcpSocket`, `exec`) run against the container (see
 //!   [`probe`]); a failed liveness probe kills the container, which the kubelet then restarts.
 //! - `GET …/log` streams the engine's container logs (see [`logs`]); `pods/exec` runs commands through the
@@ -546,8 +547,9 @@ impl DockerRuntime {
         }
     }
 
-    /// Registers a fresh service-account token for the created container `id` and copies the token, the
-    /// CA and the namespace into it; the container is removed when the copy fails.
+    /// Issues a token of the pod's service account for the created container `id` and copies the token,
+    /// the CA and the namespace into it; the container is removed when the account is missing or the copy
+    /// fails.
     async fn install_service_account(
         &self,
         pod: &Value,
@@ -560,13 +562,26 @@ impl DockerRuntime {
             .filter(|s| !s.is_empty())
             .unwrap_or("default")
             .to_string();
-        let token = meta::random_hex(32);
-        let archive = service_account_tar(&token, &self.api().ca_pem, &ns)
-            .map_err(|e| format!("failed to pack the service-account files: {e}"))?;
-        self.inner.store.register_token(
-            &token,
-            &format!("system:serviceaccount:{ns}:{service_account}"),
-        );
+        let issued = match self.inner.store.issue_token(
+            &ns,
+            &service_account,
+            &crate::store::TokenOptions::default(),
+        ) {
+            Ok(issued) => issued,
+            Err(e) => {
+                self.remove(id).await;
+                return Err(format!("failed to fetch token: {e}"));
+            }
+        };
+        let token = issued.token;
+        let archive = match service_account_tar(&token, &self.api().ca_pem, &ns) {
+            Ok(archive) => archive,
+            Err(e) => {
+                self.inner.store.forget_token(&token);
+                self.remove(id).await;
+                return Err(format!("failed to pack the service-account files: {e}"));
+            }
+        };
         self.inner.containers.lock_unpoisoned().insert(
             id.to_string(),
             Started {

@@ -1,68 +1,22 @@
-//! Who is asking, and the reviews that tell them: `SelfSubjectReview` (`kubectl auth whoami`),
-//! `SelfSubjectAccessReview` (`kubectl auth can-i`) and `SelfSubjectRulesReview` (`kubectl auth can-i
-//! --list`). Reviews are answered at once and never stored.
-//!
-//! Authorisation is permissive: every authenticated user may do everything, so every review says
-//! `allowed` and every rules review lists `*`.
+//! The reviews that tell a user who they are and what they may do: `SelfSubjectReview` (`kubectl auth
+//! whoami`), `SelfSubjectAccessReview` (`kubectl auth can-i`) and `SelfSubjectRulesReview` (`kubectl auth
+//! can-i --list`), answered by the same RBAC authorizer that guards every request, for the user the
+//! request acts as (after impersonation). Reviews are answered at once and never stored.
 
-use http::{Request, Response, StatusCode, header};
+use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
+use k8s_openapi::api::rbac::v1::PolicyRule;
 use serde_json::{Value, json};
 
 use super::protobuf::object_body;
 use super::{ApiPath, Body, ServerState, json_response, read_body};
+use crate::rbac::{self, Attributes, User};
 use crate::resource::ResourceInfo;
 use crate::store::Error;
 
-/// The user behind the admin token, as k3s names its admin.
-const ADMIN: &str = "system:admin";
-
-/// An authenticated user.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct User {
-    /// The user name, e.g. `system:serviceaccount:default:default`.
-    pub name: String,
-    /// The groups, `system:authenticated` last.
-    pub groups: Vec<String>,
-}
-
-impl User {
-    /// The user a name from the token table stands for, with the groups Kubernetes gives it.
-    fn named(name: &str) -> User {
-        let mut groups = Vec::new();
-        if name == ADMIN {
-            groups.push("system:masters".to_string());
-        } else if let Some(rest) = name.strip_prefix("system:serviceaccount:") {
-            let namespace = rest.split(':').next().unwrap_or_default();
-            groups.push("system:serviceaccounts".to_string());
-            groups.push(format!("system:serviceaccounts:{namespace}"));
-        }
-        groups.push("system:authenticated".to_string());
-        User {
-            name: name.to_string(),
-            groups,
-        }
-    }
-}
-
-/// The user of the request's bearer token: the admin token, or a token registered in the store (the
-/// service-account tokens the Docker kubelet hands to pods). `None` when there is no valid token.
-pub fn authenticate<B>(state: &ServerState, req: &Request<B>) -> Option<User> {
-    let token = req
-        .headers()
-        .get(header::AUTHORIZATION)?
-        .to_str()
-        .ok()?
-        .strip_prefix("Bearer ")?
-        .trim();
-    if token == state.token {
-        return Some(User::named(ADMIN));
-    }
-    state.store.token_user(token).map(|name| User::named(&name))
-}
-
 /// Answers a `POST` of a review; every other verb is refused as upstream does.
 pub async fn answer(
+    state: &ServerState,
     info: &ResourceInfo,
     req: Request<Incoming>,
     path: &ApiPath,
@@ -73,16 +27,11 @@ pub async fn answer(
     }
     let (body, content_type) = read_body(req).await?;
     let mut review = object_body(Some(&content_type), &body)?;
+    let spec = review.get("spec").cloned().unwrap_or(Value::Null);
     let status = match info.kind.as_str() {
         "SelfSubjectReview" => json!({"userInfo": {"username": user.name, "groups": user.groups}}),
-        "SelfSubjectRulesReview" => json!({
-            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            "incomplete": false,
-        }),
-        _ => {
-            json!({"allowed": true, "reason": "kube-sim allows every authenticated user everything"})
-        }
+        "SelfSubjectRulesReview" => rules_review(state, user, &spec),
+        _ => access_review(state, user, &spec)?,
     };
     let Value::Object(m) = &mut review else {
         return Err(Error::BadRequest(format!(
@@ -97,23 +46,71 @@ pub async fn answer(
     Ok(json_response(StatusCode::CREATED, &review))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn users_get_the_groups_kubernetes_gives_them() {
-        assert_eq!(
-            User::named("system:admin").groups,
-            ["system:masters", "system:authenticated"]
-        );
-        assert_eq!(
-            User::named("system:serviceaccount:team:builder").groups,
-            [
-                "system:serviceaccounts",
-                "system:serviceaccounts:team",
-                "system:authenticated"
-            ]
-        );
+/// The status of a `SelfSubjectAccessReview`: whether the user may do what `spec` describes.
+fn access_review(state: &ServerState, user: &User, spec: &Value) -> Result<Value, Error> {
+    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_string();
+    let attributes = if let Some(r) = spec.get("resourceAttributes") {
+        Attributes {
+            verb: text(r, "verb"),
+            resource_request: true,
+            namespace: text(r, "namespace"),
+            api_group: text(r, "group"),
+            api_version: text(r, "version"),
+            resource: text(r, "resource"),
+            subresource: text(r, "subresource"),
+            name: text(r, "name"),
+            path: String::new(),
+        }
+    } else if let Some(n) = spec.get("nonResourceAttributes") {
+        Attributes::non_resource(&text(n, "verb"), &text(n, "path"))
+    } else {
+        return Err(Error::Invalid {
+            group: "authorization.k8s.io".to_string(),
+            kind: "SelfSubjectAccessReview".to_string(),
+            name: String::new(),
+            message: "spec.resourceAttributes: Invalid value: \"null\": exactly one of nonResourceAttributes or resourceAttributes must be specified".to_string(),
+            causes: Vec::new(),
+        });
+    };
+    let decision = rbac::authorize(&state.store, user, &attributes);
+    let mut status = json!({"allowed": decision.allowed});
+    if !decision.reason.is_empty() {
+        status["reason"] = json!(decision.reason);
     }
+    Ok(status)
+}
+
+/// The status of a `SelfSubjectRulesReview`: every rule the user has in `spec.namespace`.
+fn rules_review(state: &ServerState, user: &User, spec: &Value) -> Value {
+    let namespace = spec.get("namespace").and_then(Value::as_str).unwrap_or("");
+    let rules = rbac::rules_for(&state.store, user, namespace);
+    let resource: Vec<Value> = rules.resource_rules.iter().map(resource_rule).collect();
+    let non_resource: Vec<Value> = rules
+        .non_resource_rules
+        .iter()
+        .map(|r| json!({"verbs": r.verbs, "nonResourceURLs": r.non_resource_urls.clone().unwrap_or_default()}))
+        .collect();
+    let mut status = json!({
+        "resourceRules": resource,
+        "nonResourceRules": non_resource,
+        "incomplete": !rules.evaluation_error.is_empty(),
+    });
+    if !rules.evaluation_error.is_empty() {
+        status["evaluationError"] = json!(rules.evaluation_error);
+    }
+    status
+}
+
+fn resource_rule(r: &PolicyRule) -> Value {
+    let mut rule = json!({"verbs": r.verbs});
+    for (key, values) in [
+        ("apiGroups", &r.api_groups),
+        ("resources", &r.resources),
+        ("resourceNames", &r.resource_names),
+    ] {
+        if let Some(v) = values.as_ref().filter(|v| !v.is_empty()) {
+            rule[key] = json!(v);
+        }
+    }
+    rule
 }

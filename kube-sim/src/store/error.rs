@@ -81,6 +81,17 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The authorizer refused the request, as kube-apiserver's `NewForbidden` words it: `message` says who
+    /// cannot do what (`User "…" cannot list resource "secrets" in API group "" in the namespace "demo"`).
+    #[error("{}", denied(resource, name, message))]
+    Denied {
+        /// The resource asked for; empty for a non-resource URL.
+        resource: GroupResource,
+        /// The object's name; empty for a collection.
+        name: String,
+        /// Who cannot do what, and the authorizer's reason when it gave one.
+        message: String,
+    },
     /// A watch asked for history that is gone.
     #[error("{0}")]
     Expired(String),
@@ -108,7 +119,7 @@ impl Error {
             Error::RequestEntityTooLarge(_) => 413,
             Error::UnsupportedMediaType(_) => 415,
             Error::NotAcceptable(_) => 406,
-            Error::Forbidden { .. } => 403,
+            Error::Forbidden { .. } | Error::Denied { .. } => 403,
             Error::Expired(_) => 410,
             Error::MethodNotAllowed => 405,
             Error::Unauthorized => 401,
@@ -127,7 +138,7 @@ impl Error {
             Error::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
             Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Error::NotAcceptable(_) => "NotAcceptable",
-            Error::Forbidden { .. } => "Forbidden",
+            Error::Forbidden { .. } | Error::Denied { .. } => "Forbidden",
             Error::Expired(_) => "Expired",
             Error::MethodNotAllowed => "MethodNotAllowed",
             Error::Unauthorized => "Unauthorized",
@@ -165,6 +176,19 @@ impl Error {
                         .collect()
                 };
                 Some(json!({"name": name, "group": group, "kind": kind, "causes": causes}))
+            }
+            Error::Denied { resource, name, .. } => {
+                let mut d = serde_json::Map::new();
+                for (key, value) in [
+                    ("name", name),
+                    ("group", &resource.group),
+                    ("kind", &resource.resource),
+                ] {
+                    if !value.is_empty() {
+                        d.insert(key.into(), json!(value));
+                    }
+                }
+                Some(Value::Object(d))
             }
             Error::ResourceNotFound => Some(json!({})),
             _ => None,
@@ -215,6 +239,18 @@ fn qualified(kind: &str, group: &str) -> String {
         kind.to_string()
     } else {
         format!("{kind}.{group}")
+    }
+}
+
+/// `NewForbidden`'s message: `forbidden: …` without a resource, `<resource> is forbidden: …` for a
+/// collection, `<resource> "<name>" is forbidden: …` for an object.
+fn denied(resource: &GroupResource, name: &str, message: &str) -> String {
+    if resource.group.is_empty() && resource.resource.is_empty() {
+        format!("forbidden: {message}")
+    } else if name.is_empty() {
+        format!("{resource} is forbidden: {message}")
+    } else {
+        format!("{resource} \"{name}\" is forbidden: {message}")
     }
 }
 

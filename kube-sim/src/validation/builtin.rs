@@ -56,6 +56,29 @@ fn name_errors(field: &str, name: &str, rule: NameRule) -> Vec<FieldError> {
     errors
 }
 
+/// The names of roles and bindings (`system:discovery`): any path segment (`IsValidPathSegmentName`).
+fn path_segment_errors(field: &str, name: &str) -> Vec<FieldError> {
+    let value = Value::from(name);
+    let mut errors = Vec::new();
+    if name == "." || name == ".." {
+        errors.push(FieldError::invalid(
+            field,
+            &value,
+            &format!("may not be '{name}'"),
+        ));
+    }
+    for c in ['/', '%'] {
+        if name.contains(c) {
+            errors.push(FieldError::invalid(
+                field,
+                &value,
+                &format!("may not contain '{c}'"),
+            ));
+        }
+    }
+    errors
+}
+
 /// A rule for object names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum NameRule {
@@ -74,6 +97,7 @@ pub fn metadata(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Fi
         ("", "events") => Vec::new(),
         ("", "namespaces") => name_errors("metadata.name", name, NameRule::Label),
         ("", "services") => name_errors("metadata.name", name, NameRule::Dns1035),
+        ("rbac.authorization.k8s.io", _) => path_segment_errors("metadata.name", name),
         _ => name_errors("metadata.name", name, NameRule::Subdomain),
     };
     errors.extend(super::labels::validate(obj));

@@ -486,8 +486,9 @@ async fn service_account_file(container: &str, file: &str) -> String {
     std::fs::read_to_string(&dest).expect("the copied file is read")
 }
 
-/// Calls the API server as a pod would, with the token and CA from the pod's container.
-async fn list_pods_as(sim: &Sim, ca_pem: &str, token: &str) -> u16 {
+/// Calls the API server as a pod would, with the token and CA from the pod's container: the status of a
+/// `GET` of `path` (200, 401 or 403).
+async fn get_as(sim: &Sim, ca_pem: &str, token: &str, path: &str) -> u16 {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let kubeconfig = dir.path().join("kubeconfig");
     let ca = base64_encode(ca_pem.as_bytes());
@@ -499,17 +500,17 @@ async fn list_pods_as(sim: &Sim, ca_pem: &str, token: &str) -> u16 {
         ),
     )
     .expect("the kubeconfig is written");
-    let out = crate::kubectl_at(
-        &kubeconfig,
-        &["get", "--raw", "/api/v1/namespaces/default/pods"],
-    )
-    .await;
+    let out = crate::kubectl_at(&kubeconfig, &["get", "--raw", path]).await;
     if out.status.success() {
         return 200;
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     if stderr.contains("Unauthorized") {
         401
+    } else if stderr.contains("(Forbidden)")
+        && stderr.contains("User \"system:serviceaccount:default:default\" cannot")
+    {
+        403
     } else {
         panic!("kubectl with the pod's credentials failed: {stderr}")
     }
@@ -665,7 +666,8 @@ spec:
     assert!(first.starts_with("hello from"), "{first}");
     drop(lines);
 
-    // The pod's service-account credentials authenticate against the API server; a made-up token does not.
+    // The pod's service-account credentials authenticate against the API server as `default:default`,
+    // which RBAC lets read nothing until a binding grants it; a made-up token does not authenticate.
     let id = container_status(&latest[&name])["containerID"]
         .as_str()
         .unwrap()
@@ -674,8 +676,33 @@ spec:
     let token = service_account_file(&id, "token").await;
     let ca = service_account_file(&id, "ca.crt").await;
     assert_eq!(service_account_file(&id, "namespace").await, "default");
-    assert_eq!(list_pods_as(&sim, &ca, &token).await, 200);
-    assert_eq!(list_pods_as(&sim, &ca, "not-a-token").await, 401);
+    const PODS: &str = "/api/v1/namespaces/default/pods";
+    const SECRETS: &str = "/api/v1/namespaces/default/secrets";
+    assert_eq!(get_as(&sim, &ca, &token, PODS).await, 403);
+    assert_eq!(get_as(&sim, &ca, &token, SECRETS).await, 403);
+    assert_eq!(get_as(&sim, &ca, &token, "/apis").await, 200, "discovery");
+    assert_eq!(get_as(&sim, &ca, "not-a-token", PODS).await, 401);
+    kubectl_ok(
+        &sim,
+        &[
+            "create",
+            "rolebinding",
+            "default-view",
+            "--clusterrole=view",
+            "--serviceaccount=default:default",
+        ],
+    )
+    .await;
+    assert_eq!(
+        get_as(&sim, &ca, &token, PODS).await,
+        200,
+        "view grants pods"
+    );
+    assert_eq!(
+        get_as(&sim, &ca, &token, SECRETS).await,
+        403,
+        "view grants no secrets"
+    );
 
     // Deleting the Deployment deletes its pods; a terminating pod's container gets its grace period
     // (the app, PID 1 without a SIGTERM handler, ignores SIGTERM), so it still exists while the pod is
@@ -719,7 +746,7 @@ spec:
     .await;
     fx.until_no_containers("after the pods were deleted").await;
     assert_eq!(
-        list_pods_as(&sim, &ca, &token).await,
+        get_as(&sim, &ca, &token, PODS).await,
         401,
         "a removed pod's token is revoked"
     );

@@ -12,6 +12,7 @@ mod oci;
 mod openapi;
 mod ownership;
 mod protobuf;
+mod rbac;
 mod rollout;
 mod scale;
 mod scheduling;

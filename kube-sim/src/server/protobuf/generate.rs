@@ -333,6 +333,11 @@ fn generate() -> String {
     for (api_version, kind, message) in [
         ("autoscaling/v1", "Scale", "api.autoscaling.v1.Scale"),
         (
+            "authentication.k8s.io/v1",
+            "TokenRequest",
+            "api.authentication.v1.TokenRequest",
+        ),
+        (
             "meta.k8s.io/v1",
             "DeleteOptions",
             "apimachinery.pkg.apis.meta.v1.DeleteOptions",
