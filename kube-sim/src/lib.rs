@@ -95,8 +95,10 @@ pub struct Config {
     pub token: Option<String>,
     /// The lag between a CRD's `NamesAccepted` and `Established` conditions.
     pub crd_establish_delay: Duration,
-    /// How many events the watch history keeps.
+    /// How many events the watch history keeps per resource.
     pub watch_history: usize,
+    /// How long the watch history keeps events ([`store::HISTORY_WINDOW`] by default).
+    pub watch_history_window: Duration,
     /// How often watches that allow bookmarks receive one.
     pub bookmark_interval: Duration,
     /// A k3s-style `registries.yaml`, passed on to the kubelet stand-in.
@@ -130,6 +132,7 @@ impl Config {
             token: None,
             crd_establish_delay: Duration::from_millis(200),
             watch_history: 10_000,
+            watch_history_window: store::HISTORY_WINDOW,
             bookmark_interval: Duration::from_secs(1),
             registries: None,
             controllers: controller::Config::fast(NODE_NAME),
@@ -300,6 +303,7 @@ impl Sim {
         let store = Store::new(store::StoreConfig {
             history: config.watch_history,
         });
+        store.set_history_window(config.watch_history_window);
         machinery::publish_namespace_defaults(&store, ca_pem.as_deref().unwrap_or_default());
         let (shutdown, shutdown_rx) = watch::channel(false);
         let state = Arc::new(server::ServerState {
@@ -327,6 +331,7 @@ impl Sim {
                 shutdown_rx.clone(),
             )),
             tokio::spawn(server::serve(listener, tls_acceptor, state)),
+            tokio::spawn(store.clone().expire_history_until(shutdown_rx.clone())),
         ];
         let kubelet = start_kubelet(
             &store,

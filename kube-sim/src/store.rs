@@ -34,7 +34,7 @@
 //! - Service-account tokens: [`Store::register_token`] adds a bearer token the API server accepts besides its
 //!   own, mapped to a user name such as `system:serviceaccount:<ns>:<sa>` (the Docker kubelet's pods use them).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use serde::de::DeserializeOwned;
@@ -55,19 +55,21 @@ mod options;
 mod patch;
 mod streams;
 mod update;
+mod watcher;
 
-use history::{EventKind, LogEntry, push_event};
+use history::{EventKind, Histories, push_event};
 
 pub use admission::SERVICE_ACCOUNT_PATH;
 pub use error::{Error, Result};
-pub use history::{WatchEvent, Watcher};
+pub use history::HISTORY_WINDOW;
 pub use options::{
-    DeleteOptions, Deleted, FieldValidation, ListOptions, LogOptions, LogStream, ObjectList, Patch,
-    PatchOptions, PodLogs, StoreConfig, WriteOptions,
+    DeleteOptions, Deleted, FieldValidation, ListOptions, ListVersion, LogOptions, LogStream,
+    ObjectList, Patch, PatchOptions, PodLogs, StoreConfig, WriteOptions,
 };
 pub use patch::Patched;
 pub use streams::{ExecOutput, ExecRequest, ExecSession, PodStreams, Resize};
 pub use update::{Endpoint, Written};
+pub use watcher::{SharedEvent, WatchEvent, Watcher};
 
 type Key = (String, String);
 
@@ -75,8 +77,7 @@ struct State {
     rv: u64,
     resources: BTreeMap<GroupResource, Arc<ResourceInfo>>,
     objects: HashMap<GroupResource, BTreeMap<Key, Arc<Value>>>,
-    log: VecDeque<LogEntry>,
-    compacted_through: u64,
+    history: Histories,
     next_service_ip: u32,
 }
 
@@ -139,8 +140,7 @@ impl Store {
                     rv: 0,
                     resources,
                     objects: HashMap::new(),
-                    log: VecDeque::new(),
-                    compacted_through: 0,
+                    history: Histories::default(),
                     next_service_ip: 0,
                 }),
                 changed,
