@@ -34,6 +34,10 @@ enum Command {
         /// Serve plain HTTP instead of HTTPS.
         #[arg(long)]
         plain_http: bool,
+        /// How long the watch history keeps events (etcd compacts every 5 minutes); watches and continue
+        /// tokens from older versions get 410 Expired.
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        watch_history_window: std::time::Duration,
         #[command(flatten)]
         kubelet: KubeletArgs,
     },
@@ -144,8 +148,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             registries,
             tls_san,
             plain_http,
+            watch_history_window,
             kubelet,
         } => {
+            config.watch_history_window = watch_history_window;
             config.kubelet_backend = kubelet.backend(None)?;
             config.listen = listen;
             config.kubeconfig_out = Some(kubeconfig_out);

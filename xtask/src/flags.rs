@@ -188,6 +188,24 @@ pub struct Bench {
     /// Print one JSON object per figure instead of a Markdown table
     #[arg(long)]
     pub json: bool,
+    /// Measure only these sets (repeatable); all of them by default
+    #[arg(long, value_enum)]
+    pub only: Vec<BenchSet>,
+    /// The kube-sim binary the scale figures run, instead of the one in the
+    /// sim node image
+    #[arg(long, value_name = "PATH")]
+    pub kube_sim: Option<std::path::PathBuf>,
+}
+
+/// A set of bench figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchSet {
+    /// The inner loop, by hand and under `watch`
+    Loop,
+    /// A large layer against curl
+    Upload,
+    /// kube-sim at scale
+    Scale,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

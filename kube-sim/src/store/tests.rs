@@ -271,3 +271,60 @@ fn generate_name_and_missing_namespace() {
         .unwrap_err();
     assert_eq!(err.to_string(), "namespaces \"nope\" not found");
 }
+
+#[tokio::test]
+async fn every_watcher_shares_the_stored_object() {
+    let s = store();
+    let mut watchers: Vec<Watcher> = (0..3)
+        .map(|_| {
+            s.watch(
+                &deploy(),
+                NS,
+                Some(s.current_resource_version()),
+                &ListOptions::default(),
+            )
+            .unwrap()
+        })
+        .collect();
+    create(&s, &deploy(), deployment("a")).unwrap();
+    let mut objects = Vec::new();
+    for w in &mut watchers {
+        match w.next_shared().await {
+            Some(SharedEvent::Added(o)) => objects.push(o),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(objects.windows(2).all(|p| Arc::ptr_eq(&p[0], &p[1])));
+    let stored = s
+        .lock()
+        .stored(&deploy(), &("default".into(), "a".into()))
+        .unwrap();
+    assert!(Arc::ptr_eq(&objects[0], &stored), "the store's own copy");
+}
+
+#[tokio::test]
+async fn the_history_is_bounded_per_resource() {
+    let s = Store::new(StoreConfig { history: 5 });
+    let cms = GroupResource::new("", "configmaps");
+    let quiet = s.current_resource_version();
+    create(&s, &deploy(), deployment("a")).unwrap();
+    let mut deployments = s
+        .watch(&deploy(), NS, Some(quiet), &ListOptions::default())
+        .unwrap();
+    for i in 0..20 {
+        let cm =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}")}});
+        create(&s, &cms, cm).unwrap();
+    }
+    assert!(
+        matches!(deployments.next().await, Some(WatchEvent::Added(ref o)) if o["metadata"]["name"] == "a"),
+        "churn elsewhere does not expire a quiet resource's watch"
+    );
+    let mut old = s
+        .watch(&cms, NS, Some(quiet), &ListOptions::default())
+        .unwrap();
+    assert!(
+        matches!(old.next().await, Some(WatchEvent::Error(ref st)) if st["code"] == 410),
+        "a busy resource keeps only its last events"
+    );
+}
