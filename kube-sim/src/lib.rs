@@ -99,6 +99,8 @@ pub struct Config {
     pub watch_history: usize,
     /// How long the watch history keeps events ([`store::HISTORY_WINDOW`] by default).
     pub watch_history_window: Duration,
+    /// How long Events live after their last write ([`store::EVENT_TTL`] by default).
+    pub event_ttl: Duration,
     /// How often watches that allow bookmarks receive one.
     pub bookmark_interval: Duration,
     /// A k3s-style `registries.yaml`, passed on to the kubelet stand-in.
@@ -110,6 +112,10 @@ pub struct Config {
     /// What runs pods: nothing (the virtual kubelet) or a Docker engine.
     pub kubelet_backend: KubeletBackend,
 }
+
+/// How many events the watch history keeps per resource by default: enough for a thousand pods' worth
+/// of changes between a client's list and its watch, few enough that superseded versions do not pile up.
+pub const WATCH_HISTORY_EVENTS: usize = 1000;
 
 /// What runs the pods bound to the node (`--kubelet virtual|docker`).
 #[derive(Clone, Debug)]
@@ -131,8 +137,9 @@ impl Config {
             kubeconfig_server: None,
             token: None,
             crd_establish_delay: Duration::from_millis(200),
-            watch_history: 10_000,
+            watch_history: WATCH_HISTORY_EVENTS,
             watch_history_window: store::HISTORY_WINDOW,
+            event_ttl: store::EVENT_TTL,
             bookmark_interval: Duration::from_secs(1),
             registries: None,
             controllers: controller::Config::fast(NODE_NAME),
@@ -304,6 +311,7 @@ impl Sim {
             history: config.watch_history,
         });
         store.set_history_window(config.watch_history_window);
+        store.set_event_ttl(config.event_ttl);
         machinery::publish_namespace_defaults(&store, ca_pem.as_deref().unwrap_or_default());
         let (shutdown, shutdown_rx) = watch::channel(false);
         let state = Arc::new(server::ServerState {

@@ -38,6 +38,12 @@ enum Command {
         /// tokens from older versions get 410 Expired.
         #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
         watch_history_window: std::time::Duration,
+        /// How many events the watch history keeps per resource (older ones expire sooner than the window).
+        #[arg(long, default_value_t = kube_sim::WATCH_HISTORY_EVENTS)]
+        watch_history_events: usize,
+        /// How long Events live after their last write, as kube-apiserver's --event-ttl.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        event_ttl: std::time::Duration,
         #[command(flatten)]
         kubelet: KubeletArgs,
     },
@@ -149,9 +155,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             tls_san,
             plain_http,
             watch_history_window,
+            watch_history_events,
+            event_ttl,
             kubelet,
         } => {
+            config.watch_history = watch_history_events;
             config.watch_history_window = watch_history_window;
+            config.event_ttl = event_ttl;
             config.kubelet_backend = kubelet.backend(None)?;
             config.listen = listen;
             config.kubeconfig_out = Some(kubeconfig_out);

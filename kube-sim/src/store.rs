@@ -53,6 +53,7 @@ mod history;
 mod list;
 mod options;
 mod patch;
+mod retention;
 mod streams;
 mod update;
 mod watcher;
@@ -67,6 +68,7 @@ pub use options::{
     ObjectList, Patch, PatchOptions, PodLogs, StoreConfig, WriteOptions,
 };
 pub use patch::Patched;
+pub use retention::EVENT_TTL;
 pub use streams::{ExecOutput, ExecRequest, ExecSession, PodStreams, Resize};
 pub use update::{Endpoint, Written};
 pub use watcher::{SharedEvent, WatchEvent, Watcher};

@@ -17,8 +17,11 @@ use xshell::{Shell, cmd};
 
 use super::{Error, Figure, Process, start_registry, step};
 
-/// The watch history window the simulator runs with here: short, so the
-/// figure after the namespace is deleted need not wait etcd's five minutes.
+/// The watch history window and the Events' time to live the simulator
+/// runs with here: short, so the memory figures after ten rollouts and
+/// after the namespace is deleted need not wait etcd's five minutes and
+/// kube-apiserver's one hour (with those, the Events of every rollout, several per
+/// pod, stay for an hour).
 const HISTORY_WINDOW: Duration = Duration::from_secs(30);
 use crate::{
     image::{distribution, oci},
@@ -107,7 +110,10 @@ fn figures(samples: &[ScaleRun], deployments: usize, replicas: i32) -> Vec<Figur
             s.first_rollout_rss
         }),
         of(
-            &format!("kube-sim RSS after {ROLLOUTS} rollouts / after the first"),
+            &format!(
+                "kube-sim RSS after {ROLLOUTS} rollouts / after the first ({} s Event TTL)",
+                HISTORY_WINDOW.as_secs()
+            ),
             "x",
             |s| s.last_rollout_rss / s.first_rollout_rss,
         ),
@@ -296,7 +302,7 @@ async fn start_sim(binary: &Path, dir: &Path, host: &str) -> Result<(Process, Cl
     let sim = Process::spawn(
         cmd!(
             sh,
-            "{binary} serve --listen 127.0.0.1:0 --kubeconfig-out {kubeconfig} --registries {registries} --watch-history-window {window}"
+            "{binary} serve --listen 127.0.0.1:0 --kubeconfig-out {kubeconfig} --registries {registries} --watch-history-window {window} --event-ttl {window}"
         ),
         start,
     )?;

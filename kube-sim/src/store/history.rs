@@ -50,6 +50,8 @@ pub(super) struct Histories {
     /// The version of the last full compaction ([`Store::compact`]): nothing older is kept anywhere.
     floor: u64,
     window: Duration,
+    /// How long Events live (see `retention.rs`).
+    pub(super) event_ttl: Duration,
 }
 
 impl Default for Histories {
@@ -58,6 +60,7 @@ impl Default for Histories {
             by_resource: HashMap::new(),
             floor: 0,
             window: HISTORY_WINDOW,
+            event_ttl: super::retention::EVENT_TTL,
         }
     }
 }
@@ -156,8 +159,10 @@ impl Store {
         st.history.trim(Instant::now(), cap);
     }
 
-    /// Drops the events that have aged out of the window; writes do it too, this is for idle periods.
+    /// Drops the events that have aged out of the window (writes do it too, this is for idle periods),
+    /// and removes Events past their time to live.
     pub fn expire_history(&self) {
+        self.expire_events();
         let cap = self.shared.config.history.max(1);
         self.lock().history.trim(Instant::now(), cap);
     }

@@ -317,3 +317,47 @@ async fn curl(sim: &kube_sim::Sim, flags: &[&str], path: &str) -> (String, Strin
     let text = std::fs::read_to_string(&body).unwrap_or_default();
     (String::from_utf8_lossy(&out.stdout).into_owned(), text)
 }
+
+/// Events live for their time to live after their last write, then go with a `DELETED` watch event.
+#[tokio::test]
+async fn events_expire_after_their_time_to_live() {
+    use k8s_openapi::api::core::v1::Event;
+    let mut config = kube_sim::Config::ephemeral();
+    config.event_ttl = Duration::from_secs(1);
+    let sim = start_with(config).await;
+    let client = sim.client().await.unwrap();
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let event: Event = serde_json::from_value(json!({
+        "metadata": {"name": "e"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+        "reason": "Tested", "message": "m", "type": "Normal",
+        "lastTimestamp": kube_sim_now(),
+    }))
+    .unwrap();
+    events.create(&PostParams::default(), &event).await.unwrap();
+    let from = crate::list_version(&events).await;
+    sim.store().expire_history();
+    assert!(
+        events.get_opt("e").await.unwrap().is_some(),
+        "alive within its TTL"
+    );
+
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    sim.store().expire_history();
+    assert!(
+        events.get_opt("e").await.unwrap().is_none(),
+        "gone after it"
+    );
+    let uri = format!(
+        "/api/v1/namespaces/default/events?watch=true&timeoutSeconds=1&resourceVersion={from}"
+    );
+    let (_, body) = get(&client, &uri).await;
+    let first = json(body.lines().next().expect("an event"));
+    assert_eq!(first["type"], "DELETED");
+    assert_eq!(first["object"]["metadata"]["name"], "e");
+}
+
+fn kube_sim_now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
