@@ -113,9 +113,10 @@ pub struct Config {
     pub kubelet_backend: KubeletBackend,
 }
 
-/// How many events the watch history keeps per resource by default: enough for a thousand pods' worth
-/// of changes between a client's list and its watch, few enough that superseded versions do not pile up.
-pub const WATCH_HISTORY_EVENTS: usize = 1000;
+/// How many events the watch history keeps per resource by default. In-process watchers (controllers,
+/// the kubelet) that fall further behind are expired into a full replay, so this covers a rollout of a
+/// thousand pods (about ten events each); the five-minute window bounds it in time.
+pub const WATCH_HISTORY_EVENTS: usize = 10_000;
 
 /// What runs the pods bound to the node (`--kubelet virtual|docker`).
 #[derive(Clone, Debug)]

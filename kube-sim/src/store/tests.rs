@@ -328,3 +328,40 @@ async fn the_history_is_bounded_per_resource() {
         "a busy resource keeps only its last events"
     );
 }
+
+#[tokio::test]
+async fn a_watcher_busy_with_a_burst_keeps_up_with_the_history() {
+    let s = Store::new(StoreConfig { history: 3 });
+    let cms = GroupResource::new("", "configmaps");
+    let cm = |i: usize| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}")}});
+    let mut w = s
+        .watch(
+            &cms,
+            NS,
+            Some(s.current_resource_version()),
+            &ListOptions::default(),
+        )
+        .unwrap();
+    let mut names = Vec::new();
+    let mut take = async |w: &mut Watcher| match w.next().await {
+        Some(WatchEvent::Added(o)) => {
+            names.push(o["metadata"]["name"].as_str().unwrap().to_string())
+        }
+        other => panic!("unexpected {other:?}"),
+    };
+    for i in 1..=3 {
+        create(&s, &cms, cm(i)).unwrap();
+    }
+    take(&mut w).await;
+    for i in 4..=5 {
+        create(&s, &cms, cm(i)).unwrap();
+    }
+    take(&mut w).await;
+    for i in 6..=8 {
+        create(&s, &cms, cm(i)).unwrap();
+    }
+    for _ in 0..6 {
+        take(&mut w).await;
+    }
+    assert_eq!(names, (1..=8).map(|i| format!("c{i}")).collect::<Vec<_>>());
+}

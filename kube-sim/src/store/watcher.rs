@@ -160,6 +160,12 @@ impl Watcher {
     /// The next event with the object shared with the store; `None` after an `Error` event.
     pub async fn next_shared(&mut self) -> Option<SharedEvent> {
         loop {
+            // Take what changed before handing out what is queued: a consumer that is slow with a burst
+            // of events must not fall behind the history meanwhile (and be expired into a full relist).
+            if !self.done && self.rx.has_changed().unwrap_or(false) {
+                self.rx.borrow_and_update();
+                self.fill();
+            }
             if let Some(e) = self.pending.pop_front() {
                 return Some(e);
             }
