@@ -97,8 +97,12 @@ pub struct Config {
     pub token: Option<String>,
     /// The lag between a CRD's `NamesAccepted` and `Established` conditions.
     pub crd_establish_delay: Duration,
-    /// How many events the watch history keeps.
+    /// How many events the watch history keeps per resource.
     pub watch_history: usize,
+    /// How long the watch history keeps events ([`store::HISTORY_WINDOW`] by default).
+    pub watch_history_window: Duration,
+    /// How long Events live after their last write ([`store::EVENT_TTL`] by default).
+    pub event_ttl: Duration,
     /// How often watches that allow bookmarks receive one.
     pub bookmark_interval: Duration,
     /// A k3s-style `registries.yaml`, passed on to the kubelet stand-in.
@@ -112,6 +116,11 @@ pub struct Config {
     /// What runs pods: nothing (the virtual kubelet) or a Docker engine.
     pub kubelet_backend: KubeletBackend,
 }
+
+/// How many events the watch history keeps per resource by default: superseded versions live on only
+/// in the history, so fewer is smaller (measured with 1000 pods: 10,000 took about 70 MiB more once they
+/// were Ready, 280 MiB more after a rollout); the five-minute window bounds it in time.
+pub const WATCH_HISTORY_EVENTS: usize = 1000;
 
 /// What runs the pods bound to the node (`--kubelet virtual|docker`).
 #[derive(Clone, Debug)]
@@ -133,7 +142,9 @@ impl Config {
             kubeconfig_server: None,
             token: None,
             crd_establish_delay: Duration::from_millis(200),
-            watch_history: 10_000,
+            watch_history: WATCH_HISTORY_EVENTS,
+            watch_history_window: store::HISTORY_WINDOW,
+            event_ttl: store::EVENT_TTL,
             bookmark_interval: Duration::from_secs(1),
             registries: None,
             controllers: controller::Config::fast(),
@@ -305,6 +316,8 @@ impl Sim {
         let store = Store::new(store::StoreConfig {
             history: config.watch_history,
         });
+        store.set_history_window(config.watch_history_window);
+        store.set_event_ttl(config.event_ttl);
         machinery::publish_namespace_defaults(&store, ca_pem.as_deref().unwrap_or_default());
         rbac::defaults::ensure(&store);
         rbac::aggregation::aggregate(&store);
@@ -340,6 +353,7 @@ impl Sim {
                 shutdown_rx.clone(),
             )),
             tokio::spawn(server::serve(listener, tls_acceptor, state)),
+            tokio::spawn(store.clone().expire_history_until(shutdown_rx.clone())),
         ];
         let kubelet = start_kubelet(
             &store,

@@ -7,6 +7,11 @@ use anyhow::Context as _;
 use clap::Parser;
 use kube_sim::{Config, Sim};
 
+/// mimalloc rather than glibc's malloc: the simulator's bursts of short-lived JSON leave glibc's heap
+/// fragmented, so its resident size kept growing with every rollout; mimalloc gives freed pages back.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A Kubernetes API simulator that kubectl and kube-rs accept.
 #[derive(Parser)]
 #[command(name = "kube-sim", version)]
@@ -34,6 +39,16 @@ enum Command {
         /// Serve plain HTTP instead of HTTPS.
         #[arg(long)]
         plain_http: bool,
+        /// How long the watch history keeps events (etcd compacts every 5 minutes); watches and continue
+        /// tokens from older versions get 410 Expired.
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration)]
+        watch_history_window: std::time::Duration,
+        /// How many events the watch history keeps per resource (older ones expire sooner than the window).
+        #[arg(long, default_value_t = kube_sim::WATCH_HISTORY_EVENTS)]
+        watch_history_events: usize,
+        /// How long Events live after their last write, as kube-apiserver's --event-ttl.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        event_ttl: std::time::Duration,
         #[command(flatten)]
         kubelet: KubeletArgs,
     },
@@ -164,8 +179,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             registries,
             tls_san,
             plain_http,
+            watch_history_window,
+            watch_history_events,
+            event_ttl,
             kubelet,
         } => {
+            config.watch_history = watch_history_events;
+            config.watch_history_window = watch_history_window;
+            config.event_ttl = event_ttl;
             config.kubelet_backend = kubelet.backend(None)?;
             kubelet.apply(&mut config.kubelet)?;
             config.listen = listen;

@@ -11,7 +11,7 @@ use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited, StreamBody, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -24,6 +24,7 @@ use crate::store::{Error, FieldValidation, Store};
 mod authz;
 mod convert;
 mod handlers;
+mod list;
 mod openapi;
 mod protobuf;
 mod review;
@@ -97,10 +98,10 @@ where
         let state = svc_state.clone();
         async move { Ok::<_, Infallible>(handle(state, req).await) }
     });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .keep_alive(true)
-        .serve_connection(io, service)
-        .with_upgrades();
+    // HTTP/2 when the client starts with its preface (ALPN `h2` over TLS), else HTTP/1.1 with upgrades
+    // for exec, attach and port-forward.
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let conn = builder.serve_connection_with_upgrades(io, service);
     tokio::select! {
         r = conn => if let Err(e) = r { tracing::debug!(%peer, error = %e, "connection ended with an error") },
         _ = shutdown.wait_for(|s| *s) => {},
@@ -452,7 +453,7 @@ async fn resource_request(
     };
     let method = req.method().clone();
     match (method, p.name.as_deref(), p.subresource.as_deref()) {
-        (Method::GET, None, None) => call.list(),
+        (Method::GET, None, None) => call.list().await,
         (Method::GET, Some(name), None | Some("status")) => call.get(name),
         (Method::GET, Some(name), Some("scale")) => call.get_scale(name),
         (Method::GET, Some(name), Some("log")) => call.log(name),

@@ -35,7 +35,7 @@
 //!   own for a service account (`TokenRequest`, and the Docker kubelet for its pods); [`Store::token_identity`]
 //!   maps it back while the account exists and the token has not expired or been forgotten.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use serde::de::DeserializeOwned;
@@ -54,24 +54,28 @@ mod history;
 mod list;
 mod options;
 mod patch;
+mod retention;
 mod streams;
 mod tokens;
 mod update;
+mod watcher;
 
-use history::{EventKind, LogEntry, push_event};
+use history::{EventKind, Histories, push_event};
 
 pub use admission::SERVICE_ACCOUNT_PATH;
 pub use delete::FOREGROUND_FINALIZER;
 pub use error::{Error, Result};
-pub use history::{WatchEvent, Watcher};
+pub use history::HISTORY_WINDOW;
 pub use options::{
-    DeleteOptions, Deleted, FieldValidation, ListOptions, LogOptions, LogStream, ObjectList, Patch,
-    PatchOptions, PodLogs, StoreConfig, WriteOptions,
+    DeleteOptions, Deleted, FieldValidation, ListOptions, ListVersion, LogOptions, LogStream,
+    ObjectList, Patch, PatchOptions, PodLogs, StoreConfig, WriteOptions,
 };
 pub use patch::Patched;
+pub use retention::EVENT_TTL;
 pub use streams::{ExecOutput, ExecRequest, ExecSession, PodStreams, Resize};
 pub use tokens::{IssuedToken, TokenIdentity, TokenOptions};
 pub use update::{Endpoint, Written};
+pub use watcher::{SharedEvent, WatchEvent, Watcher};
 
 type Key = (String, String);
 
@@ -79,8 +83,7 @@ struct State {
     rv: u64,
     resources: BTreeMap<GroupResource, Arc<ResourceInfo>>,
     objects: HashMap<GroupResource, BTreeMap<Key, Arc<Value>>>,
-    log: VecDeque<LogEntry>,
-    compacted_through: u64,
+    history: Histories,
     next_service_ip: u32,
 }
 
@@ -143,8 +146,7 @@ impl Store {
                     rv: 0,
                     resources,
                     objects: HashMap::new(),
-                    log: VecDeque::new(),
-                    compacted_through: 0,
+                    history: Histories::default(),
                     next_service_ip: 0,
                 }),
                 changed,

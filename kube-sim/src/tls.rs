@@ -83,7 +83,8 @@ pub fn generate(extra_sans: &[String]) -> Result<Certificates, Error> {
     })
 }
 
-/// A rustls server configuration on the `ring` provider, offering HTTP/1.1.
+/// A rustls server configuration on the `ring` provider, offering HTTP/2 and HTTP/1.1 (which upgrades
+/// to exec, attach and port-forward streams need).
 pub fn server_config(certs: &Certificates) -> Result<Arc<rustls::ServerConfig>, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
@@ -93,6 +94,6 @@ pub fn server_config(certs: &Certificates) -> Result<Arc<rustls::ServerConfig>, 
             certs.chain.clone(),
             PrivateKeyDer::Pkcs8(certs.key.clone_key()),
         )?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

@@ -23,25 +23,35 @@ impl flags::Bench {
             return self.print(&figures);
         }
         let runs = usize::from(self.runs);
-        ctx.note(format!("the inner loop on target/bench/loop, {runs} runs"));
-        let mut figures = ctx
-            .block_on(bench::inner_loop(&root, runs))?
-            .context("bench")?;
-        ctx.note(format!(
-            "a {LAYER_MB} MB layer, dev-env and curl, {runs} runs"
-        ));
-        figures.extend(
-            ctx.block_on(bench::blob_upload(runs, LAYER_MB))?
-                .context("bench")?,
-        );
-        ctx.note(format!(
-            "kube-sim at scale: {} Deployments x {} pods, {runs} runs",
-            SCALE.0, SCALE.1
-        ));
-        figures.extend(
-            ctx.block_on(bench::sim_scale(runs, SCALE.0, SCALE.1))?
-                .context("bench")?,
-        );
+        let wants = |set| self.only.is_empty() || self.only.contains(&set);
+        let mut figures = Vec::new();
+        if wants(flags::BenchSet::Loop) {
+            ctx.note(format!("the inner loop on target/bench/loop, {runs} runs"));
+            figures.extend(
+                ctx.block_on(bench::inner_loop(&root, runs))?
+                    .context("bench")?,
+            );
+        }
+        if wants(flags::BenchSet::Upload) {
+            ctx.note(format!(
+                "a {LAYER_MB} MB layer, dev-env and curl, {runs} runs"
+            ));
+            figures.extend(
+                ctx.block_on(bench::blob_upload(runs, LAYER_MB))?
+                    .context("bench")?,
+            );
+        }
+        if wants(flags::BenchSet::Scale) {
+            ctx.note(format!(
+                "kube-sim at scale: {} Deployments x {} pods, {runs} runs",
+                SCALE.0, SCALE.1
+            ));
+            let binary = self.kube_sim.as_deref();
+            figures.extend(
+                ctx.block_on(bench::sim_scale(runs, SCALE.0, SCALE.1, binary))?
+                    .context("bench")?,
+            );
+        }
         self.print(&figures)
     }
 

@@ -221,6 +221,24 @@ pub struct Bench {
     /// `target/`, node image absent), once, with its breakdown
     #[arg(long)]
     pub first_run: bool,
+    /// Measure only these sets (repeatable); all of them by default
+    #[arg(long, value_enum)]
+    pub only: Vec<BenchSet>,
+    /// The kube-sim binary the scale figures run, instead of the one in the
+    /// sim node image
+    #[arg(long, value_name = "PATH")]
+    pub kube_sim: Option<std::path::PathBuf>,
+}
+
+/// A set of bench figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchSet {
+    /// The inner loop, by hand and under `watch`
+    Loop,
+    /// A large layer against curl
+    Upload,
+    /// kube-sim at scale
+    Scale,
 }
 
 fn parse_port(s: &str) -> Result<dev_env::config::PortForward, String> {

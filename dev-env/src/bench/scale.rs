@@ -1,78 +1,138 @@
 //! kube-sim at scale: many Deployments brought Ready and restarted at once,
-//! with the simulator's peak RSS and CPU time.
+//! ten times over, then their namespace deleted, with the simulator's
+//! resident memory after each phase, its peak RSS and its CPU time.
 
 use std::{
     path::Path,
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::{apps::v1::Deployment, core::v1::Namespace};
 use kube::{
     Api, Client,
-    api::{Patch, PatchParams},
+    api::{DeleteParams, Patch, PatchParams},
 };
 use serde_json::json;
 use xshell::{Shell, cmd};
 
 use super::{Error, Figure, Process, start_registry, step};
+
+/// The watch history window and the Events' time to live the simulator
+/// runs with here: short, so the memory figures after ten rollouts and
+/// after the namespace is deleted need not wait etcd's five minutes and
+/// kube-apiserver's one hour (with those, the Events of every rollout, several per
+/// pod, stay for an hour).
+const HISTORY_WINDOW: Duration = Duration::from_secs(30);
 use crate::{
     image::{distribution, oci},
     wait::workload::{self, WaitOptions, Want},
 };
 
-/// What one scale run measured.
+/// How many times every Deployment is restarted in a run.
+const ROLLOUTS: usize = 10;
+
+/// The namespace the Deployments live in, deleted at the end of a run.
+const NAMESPACE: &str = "bench-scale";
+
+/// What one scale run measured (memory in MiB, as `/proc` reports it).
 struct ScaleRun {
     ready: Duration,
     rolled: Duration,
     peak_rss_mb: f64,
     cpu_seconds: f64,
+    /// Resident memory of the freshly started simulator.
+    empty_rss: f64,
+    /// Resident memory once every pod is Ready.
+    ready_rss: f64,
+    /// Resident memory after the first rollout, and after the last.
+    first_rollout_rss: f64,
+    last_rollout_rss: f64,
+    /// CPU seconds the first rollout took.
+    rollout_cpu: f64,
+    /// Resident memory once the namespace is gone.
+    deleted_rss: f64,
 }
 
 /// kube-sim at scale: `deployments` Deployments of `replicas` pods created
-/// and brought Ready, then all restarted at once; the simulator's peak RSS
-/// and CPU time over the run. kube-sim runs as its own process (the binary
-/// taken out of the sim node image, which `inner_loop`'s `dev up` makes
-/// when missing) with the virtual kubelet, pulling a small image from the
-/// real distribution registry.
+/// and brought Ready, then all restarted at once, [`ROLLOUTS`] times, then
+/// their namespace deleted; the simulator's resident memory after each
+/// phase, its peak RSS and CPU time. kube-sim runs as its own process (by
+/// default the binary taken out of the sim node image, which
+/// `inner_loop`'s `dev up` makes when missing; `binary` names another)
+/// with the virtual kubelet, pulling a small image from the real
+/// distribution registry.
 pub async fn sim_scale(
     runs: usize,
     deployments: usize,
     replicas: i32,
+    binary: Option<&Path>,
 ) -> Result<Vec<Figure>, Error> {
-    // The simulator measured is the one the sim node runs: the binary in
-    // the node image (built by the loop figures' `dev up` when missing).
     let dir = tempfile::tempdir().map_err(|e| step("a temporary directory").of(e))?;
-    let binary = dir.path().join("kube-sim");
-    extract_binary(crate::config::DEFAULT_SIM_IMAGE, "/bin/kube-sim", &binary)
-        .await
-        .map_err(|e| step("taking kube-sim out of the node image").of(e))?;
+    let binary = match binary {
+        Some(b) => b.to_path_buf(),
+        None => {
+            let binary = dir.path().join("kube-sim");
+            extract_binary(crate::config::DEFAULT_SIM_IMAGE, "/bin/kube-sim", &binary)
+                .await
+                .map_err(|e| step("taking kube-sim out of the node image").of(e))?;
+            binary
+        }
+    };
     let mut samples = Vec::new();
     for _ in 0..runs {
         samples.push(scale_run(&binary, deployments, replicas).await?);
     }
+    Ok(figures(&samples, deployments, replicas))
+}
+
+/// The figures of `samples`.
+fn figures(samples: &[ScaleRun], deployments: usize, replicas: i32) -> Vec<Figure> {
     let pods = deployments as i32 * replicas;
-    Ok(vec![
-        Figure::of(
+    let of = |name: &str, unit: &str, f: fn(&ScaleRun) -> f64| {
+        Figure::of(name, unit, samples.iter().map(f).collect())
+    };
+    vec![
+        of(
             &format!("kube-sim: {deployments} Deployments x {replicas} pods Ready ({pods} pods)"),
             "s",
-            samples.iter().map(|s| s.ready.as_secs_f64()).collect(),
+            |s| s.ready.as_secs_f64(),
         ),
-        Figure::of(
+        of(
             &format!("kube-sim: {pods} pods rolled at once (restart of every Deployment)"),
             "s",
-            samples.iter().map(|s| s.rolled.as_secs_f64()).collect(),
+            |s| s.rolled.as_secs_f64(),
         ),
-        Figure::of(
-            "kube-sim peak RSS",
-            "MB",
-            samples.iter().map(|s| s.peak_rss_mb).collect(),
+        of("kube-sim RSS, started and empty", "MiB", |s| s.empty_rss),
+        of(&format!("kube-sim RSS, {pods} pods Ready"), "MiB", |s| {
+            s.ready_rss
+        }),
+        of("kube-sim RSS, after the first rollout", "MiB", |s| {
+            s.first_rollout_rss
+        }),
+        of(
+            &format!(
+                "kube-sim RSS after {ROLLOUTS} rollouts / after the first ({} s Event TTL)",
+                HISTORY_WINDOW.as_secs()
+            ),
+            "x",
+            |s| s.last_rollout_rss / s.first_rollout_rss,
         ),
-        Figure::of(
-            "kube-sim CPU time",
+        of(
+            &format!(
+                "kube-sim RSS after deleting the namespace ({} s history window) / started and empty",
+                HISTORY_WINDOW.as_secs()
+            ),
+            "x",
+            |s| s.deleted_rss / s.empty_rss,
+        ),
+        of(
+            &format!("kube-sim CPU time, one rollout of {pods} pods"),
             "s",
-            samples.iter().map(|s| s.cpu_seconds).collect(),
+            |s| s.rollout_cpu,
         ),
-    ])
+        of("kube-sim peak RSS", "MiB", |s| s.peak_rss_mb),
+        of("kube-sim CPU time, whole run", "s", |s| s.cpu_seconds),
+    ]
 }
 
 /// Why a helper step of the scale figure failed.
@@ -113,36 +173,91 @@ async fn extract_binary(image: &str, path: &str, dest: &Path) -> Result<(), Caus
 }
 
 /// One run: a registry and a simulator of their own, the Deployments
-/// created and waited for, then restarted and waited for again.
+/// created and waited for, then restarted and waited for again
+/// [`ROLLOUTS`] times, then their namespace deleted.
 async fn scale_run(binary: &Path, deployments: usize, replicas: i32) -> Result<ScaleRun, Error> {
     let dir = tempfile::tempdir().map_err(|e| step("a temporary directory").of(e))?;
     let (_registry, host) = start_registry(dir.path()).await?;
     let reference = push_pause_image(&host).await?;
     let pods = deployments * usize::try_from(replicas).unwrap_or(0);
     let (sim, client) = start_sim(binary, dir.path(), &host, nodes_for(pods)).await?;
+    let pid = sim.0.id();
+    create_namespace(&client).await?;
+    let empty_rss = usage(pid).await?.rss;
 
     let names: Vec<String> = (0..deployments).map(|i| format!("scale-{i:02}")).collect();
-    let api: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let api: Api<Deployment> = Api::namespaced(client.clone(), NAMESPACE);
     let started = Instant::now();
     create_deployments(&api, &names, replicas, &reference).await?;
     wait_all(&client, &names).await?;
     let ready = started.elapsed();
+    let at_ready = usage(pid).await?;
 
     let started = Instant::now();
     restart_deployments(&api, &names).await?;
     wait_all(&client, &names).await?;
     let rolled = started.elapsed();
+    let after_first = usage(pid).await?;
+    for _ in 1..ROLLOUTS {
+        restart_deployments(&api, &names).await?;
+        wait_all(&client, &names).await?;
+    }
+    let last_rollout_rss = usage(pid).await?.rss;
 
-    let (peak_rss_mb, cpu_seconds) = usage(sim.0.id())
-        .await
-        .map_err(|e| step("reading the simulator's usage").of(e))?;
+    delete_namespace(&client).await?;
+    let end = usage(pid).await?;
     drop(sim);
     Ok(ScaleRun {
         ready,
         rolled,
-        peak_rss_mb,
-        cpu_seconds,
+        peak_rss_mb: end.peak_rss,
+        cpu_seconds: end.cpu,
+        empty_rss,
+        ready_rss: at_ready.rss,
+        first_rollout_rss: after_first.rss,
+        last_rollout_rss,
+        rollout_cpu: after_first.cpu - at_ready.cpu,
+        deleted_rss: end.rss,
     })
+}
+
+/// Creates the benchmark's namespace.
+async fn create_namespace(client: &Client) -> Result<(), Error> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}});
+    api.patch(
+        NAMESPACE,
+        &PatchParams::apply("dev-env-bench").force(),
+        &Patch::Apply(&ns),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| step("creating the namespace").of(e))
+}
+
+/// Deletes the benchmark's namespace and waits (10 minutes at most) until
+/// it is gone, then for the simulator's watch history to age out of its
+/// window (plus a little), so the figure is what an idle simulator keeps.
+async fn delete_namespace(client: &Client) -> Result<(), Error> {
+    let fail = step("deleting the namespace");
+    let api: Api<Namespace> = Api::all(client.clone());
+    api.delete(NAMESPACE, &DeleteParams::default())
+        .await
+        .map_err(|e| fail.of(e))?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while api
+        .get_opt(NAMESPACE)
+        .await
+        .map_err(|e| fail.of(e))?
+        .is_some()
+    {
+        if Instant::now() > deadline {
+            return Err(fail.of(String::from("still there after 10 minutes")));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tokio::time::sleep(HISTORY_WINDOW + Duration::from_secs(10)).await;
+    Ok(())
 }
 
 /// Pushes a small image to the registry at `host`, once; returns the
@@ -198,10 +313,11 @@ async fn start_sim(
     let kubeconfig = dir.join("kubeconfig");
     let start = step("starting kube-sim");
     let sh = Shell::new().map_err(|e| start.of(e))?;
+    let window = format!("{}s", HISTORY_WINDOW.as_secs());
     let sim = Process::spawn(
         cmd!(
             sh,
-            "{binary} serve --listen 127.0.0.1:0 --kubeconfig-out {kubeconfig} --registries {registries} --nodes {nodes}"
+            "{binary} serve --listen 127.0.0.1:0 --kubeconfig-out {kubeconfig} --registries {registries} --nodes {nodes} --watch-history-window {window} --event-ttl {window}"
         ),
         start,
     )?;
@@ -264,7 +380,7 @@ async fn wait_all(client: &Client, names: &[String]) -> Result<(), Error> {
     let timeout = Duration::from_secs(600);
     let waits = names.iter().map(|name| {
         let want = Want {
-            namespace: String::from("default"),
+            namespace: String::from(NAMESPACE),
             deployment: name.clone(),
             container: String::from("app"),
             digest: None,
@@ -278,15 +394,34 @@ async fn wait_all(client: &Client, names: &[String]) -> Result<(), Error> {
         .map_err(|e| step("waiting for Deployments").of(e))
 }
 
-/// Peak resident memory (MB) and user+system CPU seconds of process `pid`,
-/// from `/proc`.
-async fn usage(pid: u32) -> Result<(f64, f64), Cause> {
+/// What `/proc` says of a process.
+struct Usage {
+    /// Resident memory now, MiB (`VmRSS`).
+    rss: f64,
+    /// Peak resident memory, MiB (`VmHWM`).
+    peak_rss: f64,
+    /// User and system CPU seconds.
+    cpu: f64,
+}
+
+/// The resident memory and user+system CPU seconds of process `pid`.
+async fn usage(pid: u32) -> Result<Usage, Error> {
+    read_usage(pid)
+        .await
+        .map_err(|e| step("reading the simulator's usage").of(e))
+}
+
+async fn read_usage(pid: u32) -> Result<Usage, Cause> {
     let status = tokio::fs::read_to_string(format!("/proc/{pid}/status")).await?;
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or("no VmHWM in /proc status")?;
+    let mib = |key: &str| -> Result<f64, Cause> {
+        let kb: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .ok_or_else(|| format!("no {key} in /proc status"))?;
+        Ok(kb / 1024.0)
+    };
+    let (rss, peak_rss) = (mib("VmRSS:")?, mib("VmHWM:")?);
     let stat = tokio::fs::read_to_string(format!("/proc/{pid}/stat")).await?;
     // Fields after the command name (which may hold spaces) start at 3.
     let rest = stat
@@ -302,7 +437,7 @@ async fn usage(pid: u32) -> Result<(f64, f64), Cause> {
     };
     // utime and stime are fields 14 and 15; `rest` starts at field 3.
     let cpu = (ticks(11) + ticks(12)) / clock_ticks();
-    Ok((kb / 1024.0, cpu))
+    Ok(Usage { rss, peak_rss, cpu })
 }
 
 /// Clock ticks per second (`getconf CLK_TCK`), 100 on Linux.

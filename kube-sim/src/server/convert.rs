@@ -19,7 +19,7 @@ const EVENT_FIELDS: &[(&str, &str)] = &[
 ];
 
 /// Whether `info` is a view of objects stored under another resource.
-fn is_view(info: &ResourceInfo) -> bool {
+pub fn is_view(info: &ResourceInfo) -> bool {
     info.stored_as.is_some()
 }
 

@@ -67,17 +67,9 @@ impl Call<'_> {
     }
 
     /// `GET` of the collection: a list (paged with `limit` and `continue`), a table, or a watch.
-    pub(super) fn list(&self) -> Result<Response<Body>, Error> {
+    pub(super) async fn list(&self) -> Result<Response<Body>, Error> {
         let q = &self.q;
-        let opts = ListOptions {
-            label_selector: q.get("labelSelector").map(str::to_string),
-            field_selector: q.get("fieldSelector").map(str::to_string),
-            limit: q.get("limit").and_then(|l| l.parse().ok()),
-            continue_token: q
-                .get("continue")
-                .filter(|c| !c.is_empty())
-                .map(str::to_string),
-        };
+        let opts = super::list::list_options(q, q.flag("watch"))?;
         if q.flag("watch") {
             return super::watch::start_watch(
                 self.state,
@@ -89,6 +81,7 @@ impl Call<'_> {
                 self.table,
             );
         }
+        super::list::wait_fresh(self.store(), &opts).await;
         let list = self.store().list(&self.gr, self.ns(), &opts)?;
         let mut metadata = json!({"resourceVersion": list.resource_version.to_string()});
         if let Some(c) = &list.continue_token {

@@ -1,5 +1,6 @@
-//! Watch streams (`endpoints/handlers/watch.go`): one JSON event per line, bookmarks, the end of a
-//! streaming list's initial events, and tables for clients that asked for them.
+//! Watch streams (`endpoints/handlers/watch.go`): one JSON event per line, bookmarks (every interval and
+//! once just before the timeout, as the watch cache sends them), the end of a streaming list's initial
+//! events, and tables for clients that asked for them.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,10 +11,11 @@ use http::Response;
 use hyper::body::Frame;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
 use super::{Body, Query, ServerState, present, streamed};
 use crate::resource::ResourceInfo;
-use crate::store::{Error, ListOptions, WatchEvent, Watcher};
+use crate::store::{Error, ListOptions, SharedEvent, Watcher};
 use crate::table::IncludeObject;
 
 /// Starts a watch of a collection and streams its events until the timeout, the client leaving, an error
@@ -72,48 +74,50 @@ struct WatchStream {
     shutdown: watch::Receiver<bool>,
 }
 
+/// How long before a watch's timeout it gets its last bookmark (the cacher sends one 2 s before the deadline).
+const BOOKMARK_BEFORE_TIMEOUT: Duration = Duration::from_secs(2);
+
 impl WatchStream {
     /// Sends events as lines on `tx` until the stream ends.
     async fn run(mut self, tx: mpsc::Sender<Result<Frame<Bytes>, Infallible>>) {
-        let deadline = tokio::time::sleep(self.timeout);
-        tokio::pin!(deadline);
-        let mut ticker =
-            tokio::time::interval_at(tokio::time::Instant::now() + self.interval, self.interval);
+        let deadline = Instant::now() + self.timeout;
+        let interval = self.interval;
+        let mut next_bookmark = next_bookmark_after(interval, Instant::now(), deadline);
         let mut initial_left = if self.send_initial {
             Some(self.watcher.initial_events())
         } else {
             None
         };
-        let send = |line: String| tx.send(Ok(Frame::data(Bytes::from(line))));
+        let send = |line: Vec<u8>| tx.send(Ok(Frame::data(Bytes::from(line))));
         loop {
             if initial_left == Some(0) {
                 initial_left = None;
-                if send(format!("{}\n", self.initial_events_end()))
-                    .await
-                    .is_err()
-                {
+                let mut line = self.initial_events_end().to_string().into_bytes();
+                line.push(b'\n');
+                if send(line).await.is_err() {
                     break;
                 }
             }
             let event = tokio::select! {
-                e = self.watcher.next() => match e {
+                e = self.watcher.next_shared() => match e {
                     Some(e) => e,
                     None => break,
                 },
-                _ = ticker.tick(), if self.bookmarks => WatchEvent::Bookmark(self.watcher.resource_version()),
-                _ = &mut deadline => break,
+                _ = tokio::time::sleep_until(next_bookmark), if self.bookmarks => {
+                    next_bookmark = next_bookmark_after(interval, Instant::now(), deadline);
+                    SharedEvent::Bookmark(self.watcher.resource_version())
+                }
+                _ = tokio::time::sleep_until(deadline) => break,
                 _ = tx.closed() => break,
                 _ = self.shutdown.wait_for(|s| *s) => break,
             };
             if let Some(n) = initial_left.as_mut() {
                 *n = n.saturating_sub(1);
             }
-            let object = self.object(&event);
-            let line = format!("{}\n", json!({"type": event.type_name(), "object": object}));
-            if send(line).await.is_err() {
+            if send(self.line(&event)).await.is_err() {
                 break;
             }
-            if matches!(event, WatchEvent::Error(_)) {
+            if matches!(event, SharedEvent::Error(_)) {
                 break;
             }
         }
@@ -126,25 +130,45 @@ impl WatchStream {
                 "annotations": {"k8s.io/initial-events-end": "true"}}}})
     }
 
+    /// An event as one line. Objects stored at the requested version and sent as they are serialize
+    /// straight from the store's copy.
+    fn line(&self, event: &SharedEvent) -> Vec<u8> {
+        let mut line = format!("{{\"type\":\"{}\",\"object\":", event.type_name()).into_bytes();
+        let api_version = self.info.api_version(&self.version);
+        let written = match event.object() {
+            Some(o)
+                if self.table.is_none()
+                    && !super::convert::is_view(&self.info)
+                    && o.get("apiVersion").and_then(Value::as_str)
+                        == Some(api_version.as_str()) =>
+            {
+                serde_json::to_writer(&mut line, &**o)
+            }
+            _ => serde_json::to_writer(&mut line, &self.object(event)),
+        };
+        if written.is_err() {
+            line.truncate(0);
+        }
+        line.extend_from_slice(b"}\n");
+        line
+    }
+
     /// The `object` of an event: the object at the requested version (or its table row), a bookmark's
     /// version, or an error's `Status`.
-    fn object(&self, event: &WatchEvent) -> Value {
+    fn object(&self, event: &SharedEvent) -> Value {
         let (info, version) = (&self.info, &self.version);
         let object = match event {
-            WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => {
-                present(info, version, o.clone())
+            SharedEvent::Added(o) | SharedEvent::Modified(o) | SharedEvent::Deleted(o) => {
+                present(info, version, (**o).clone())
             }
-            WatchEvent::Bookmark(rv) => {
+            SharedEvent::Bookmark(rv) => {
                 json!({"kind": info.kind, "apiVersion": info.api_version(version),
                 "metadata": {"resourceVersion": rv.to_string()}})
             }
-            WatchEvent::Error(status) => status.clone(),
+            SharedEvent::Error(status) => status.clone(),
         };
-        match (event, self.table) {
-            (
-                WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_),
-                Some(include),
-            ) => {
+        match (event.object(), self.table) {
+            (Some(_), Some(include)) => {
                 let metadata =
                     json!({"resourceVersion": object.pointer("/metadata/resourceVersion")});
                 crate::table::render(
@@ -157,5 +181,17 @@ impl WatchStream {
             }
             _ => object,
         }
+    }
+}
+
+/// When the bookmark after `now` is due: one interval on, or just before the deadline when that comes
+/// first, so a client that reconnects after the timeout resumes from a recent version.
+fn next_bookmark_after(interval: Duration, now: Instant, deadline: Instant) -> Instant {
+    let periodic = now + interval;
+    let last = deadline.checked_sub(BOOKMARK_BEFORE_TIMEOUT).unwrap_or(now);
+    if last > now && last < periodic {
+        last
+    } else {
+        periodic
     }
 }

@@ -95,6 +95,18 @@ pub enum Error {
     /// A watch asked for history that is gone.
     #[error("{0}")]
     Expired(String),
+    /// A `continue` token older than the history: 410 `Expired`, with a token in the `Status`'s
+    /// `metadata.continue` that goes on with the rest of the list at the latest version.
+    #[error("{INCONSISTENT_CONTINUE}")]
+    ExpiredContinue(String),
+    /// A read asked for a `resourceVersion` the store has not reached yet (`storage.NewTooLargeResourceVersionError`).
+    #[error("Timeout: Too large resource version: {requested}, current: {current}")]
+    TooLargeResourceVersion {
+        /// The version asked for.
+        requested: u64,
+        /// The store's version.
+        current: u64,
+    },
     /// The verb is not supported on this path.
     #[error("the server does not allow this method on the requested resource")]
     MethodNotAllowed,
@@ -120,7 +132,8 @@ impl Error {
             Error::UnsupportedMediaType(_) => 415,
             Error::NotAcceptable(_) => 406,
             Error::Forbidden { .. } | Error::Denied { .. } => 403,
-            Error::Expired(_) => 410,
+            Error::Expired(_) | Error::ExpiredContinue(_) => 410,
+            Error::TooLargeResourceVersion { .. } => 504,
             Error::MethodNotAllowed => 405,
             Error::Unauthorized => 401,
             Error::NotImplemented(_) => 501,
@@ -139,7 +152,8 @@ impl Error {
             Error::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Error::NotAcceptable(_) => "NotAcceptable",
             Error::Forbidden { .. } | Error::Denied { .. } => "Forbidden",
-            Error::Expired(_) => "Expired",
+            Error::Expired(_) | Error::ExpiredContinue(_) => "Expired",
+            Error::TooLargeResourceVersion { .. } => "Timeout",
             Error::MethodNotAllowed => "MethodNotAllowed",
             Error::Unauthorized => "Unauthorized",
             Error::NotImplemented(_) => "NotImplemented",
@@ -191,12 +205,18 @@ impl Error {
                 Some(Value::Object(d))
             }
             Error::ResourceNotFound => Some(json!({})),
+            Error::TooLargeResourceVersion { .. } => Some(json!({"retryAfterSeconds": 1,
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]})),
             _ => None,
+        };
+        let metadata = match self {
+            Error::ExpiredContinue(token) => json!({"continue": token}),
+            _ => json!({}),
         };
         let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": {},
+            "metadata": metadata,
             "status": "Failure",
             "message": self.to_string(),
             "reason": self.reason(),
@@ -232,6 +252,12 @@ impl Error {
         }
     }
 }
+
+/// The message of a 410 for a `continue` token older than the history (`etcd3/store.go`).
+const INCONSISTENT_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. \
+You can start a new list without the continue parameter, or use the continue token in this response to retrieve the \
+remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were \
+created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
 
 /// `Kind.group`, or `Kind` for the core group.
 fn qualified(kind: &str, group: &str) -> String {

@@ -1,17 +1,22 @@
-//! The watch history: every change as an event, kept up to [`StoreConfig::history`] events, and the
-//! [`Watcher`]s that read it in `resourceVersion` order.
+//! The watch history, one per resource like the API server's watch cache: every change as an event, kept
+//! for [`HISTORY_WINDOW`] and at most [`StoreConfig::history`] events per resource, whichever is shorter.
+//! A watch or a `continue` token from a version older than what a resource keeps gets 410 `Expired`.
+//!
+//! Events share the stored objects (`Arc`): a version that is replaced lives on only in the history, and
+//! is freed once its events have expired.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tokio::sync::watch;
 
-use super::list::parse_selectors;
-use super::{Error, Key, ListOptions, Result, State, Store, StoreConfig, next_rv};
+use super::{Error, Key, Result, State, Store, StoreConfig, next_rv};
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::selector::{FieldSelector, LabelSelector};
+
+/// How long events are kept: etcd's default compaction interval.
+pub const HISTORY_WINDOW: Duration = Duration::from_secs(5 * 60);
 
 /// The kind of a stored event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,42 +26,116 @@ pub(super) enum EventKind {
     Deleted,
 }
 
-/// An event delivered by a [`Watcher`].
-#[derive(Clone, Debug, PartialEq)]
-pub enum WatchEvent {
-    /// An object appeared (or started matching).
-    Added(Value),
-    /// An object changed.
-    Modified(Value),
-    /// An object was removed (or stopped matching).
-    Deleted(Value),
-    /// The watcher has seen everything up to this `resourceVersion`.
-    Bookmark(u64),
-    /// The watch cannot continue; the value is a `Status`. The stream ends after it.
-    Error(Value),
+#[derive(Debug)]
+pub(super) struct LogEntry {
+    pub(super) rv: u64,
+    at: Instant,
+    pub(super) namespace: String,
+    pub(super) kind: EventKind,
+    pub(super) object: Arc<Value>,
+    pub(super) previous: Option<Arc<Value>>,
 }
 
-impl WatchEvent {
-    /// The wire `type`.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            WatchEvent::Added(_) => "ADDED",
-            WatchEvent::Modified(_) => "MODIFIED",
-            WatchEvent::Deleted(_) => "DELETED",
-            WatchEvent::Bookmark(_) => "BOOKMARK",
-            WatchEvent::Error(_) => "ERROR",
+/// The events of one resource and the newest version that has been dropped.
+#[derive(Debug, Default)]
+pub(super) struct History {
+    pub(super) events: VecDeque<LogEntry>,
+    compacted_through: u64,
+}
+
+/// The histories of every resource, and how long they keep events.
+#[derive(Debug)]
+pub(super) struct Histories {
+    by_resource: HashMap<GroupResource, History>,
+    /// The version of the last full compaction ([`Store::compact`]): nothing older is kept anywhere.
+    floor: u64,
+    window: Duration,
+    /// How long Events live (see `retention.rs`).
+    pub(super) event_ttl: Duration,
+}
+
+impl Default for Histories {
+    fn default() -> Self {
+        Histories {
+            by_resource: HashMap::new(),
+            floor: 0,
+            window: HISTORY_WINDOW,
+            event_ttl: super::retention::EVENT_TTL,
         }
     }
 }
 
-#[derive(Debug)]
-pub(super) struct LogEntry {
-    rv: u64,
-    resource: GroupResource,
-    namespace: String,
-    kind: EventKind,
-    object: Arc<Value>,
-    previous: Option<Arc<Value>>,
+impl Histories {
+    /// The history of `gr`, when it has one.
+    pub(super) fn of(&self, gr: &GroupResource) -> Option<&History> {
+        self.by_resource.get(gr)
+    }
+
+    /// The newest version `gr` no longer has the events after; a watch or snapshot from an older one
+    /// is refused.
+    pub(super) fn compacted_through(&self, gr: &GroupResource) -> u64 {
+        let own = self.of(gr).map_or(0, |h| h.compacted_through);
+        own.max(self.floor)
+    }
+
+    /// The 410 `Expired` of a read at `rv` when `gr`'s history no longer reaches back to it.
+    pub(super) fn check(&self, gr: &GroupResource, rv: u64) -> Result<()> {
+        let through = self.compacted_through(gr);
+        if rv < through {
+            return Err(Error::Expired(format!(
+                "too old resource version: {rv} ({through})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Drops events older than the window, and the oldest beyond `cap` per resource.
+    fn trim(&mut self, now: Instant, cap: usize) {
+        let window = self.window;
+        for h in self.by_resource.values_mut() {
+            while let Some(front) = h.events.front() {
+                if h.events.len() <= cap && now.duration_since(front.at) <= window {
+                    break;
+                }
+                h.compacted_through = front.rv;
+                h.events.pop_front();
+            }
+            if h.events.capacity() > 2 * h.events.len().max(16) {
+                h.events.shrink_to_fit();
+            }
+        }
+    }
+
+    /// How many events are kept over all resources.
+    pub(super) fn len(&self) -> usize {
+        self.by_resource.values().map(|h| h.events.len()).sum()
+    }
+}
+
+impl History {
+    /// The objects of `current` (a resource's stored objects) as they were at `rv`: the changes after it
+    /// undone. The caller has checked that the history reaches back to `rv`.
+    pub(super) fn snapshot(
+        &self,
+        current: Option<&BTreeMap<Key, Arc<Value>>>,
+        rv: u64,
+    ) -> BTreeMap<Key, Arc<Value>> {
+        let mut objects = current.cloned().unwrap_or_default();
+        let start = self.events.partition_point(|e| e.rv <= rv);
+        let mut undone = std::collections::HashSet::new();
+        for e in self.events.iter().skip(start) {
+            let name = meta::str_at(&e.object, "/metadata/name").unwrap_or_default();
+            let key = (e.namespace.clone(), name.to_string());
+            if !undone.insert(key.clone()) {
+                continue;
+            }
+            match (e.kind, &e.previous) {
+                (EventKind::Added, _) | (_, None) => objects.remove(&key),
+                (_, Some(before)) => objects.insert(key, before.clone()),
+            };
+        }
+        objects
+    }
 }
 
 impl Store {
@@ -65,57 +144,44 @@ impl Store {
     /// the same way. A fresh list returns the new version, from which watching works again.
     pub fn compact(&self) {
         let mut st = self.lock();
-        st.log.clear();
+        st.history.by_resource.clear();
         let rv = next_rv(&mut st);
-        st.compacted_through = rv;
+        st.history.floor = rv;
         drop(st);
         self.shared.changed.send_replace(rv);
     }
 
-    /// Starts a watch. `from: None` or `Some(0)` replays the current objects as `Added` first.
-    pub fn watch(
-        &self,
-        gr: &GroupResource,
-        namespace: Option<&str>,
-        from: Option<u64>,
-        opts: &ListOptions,
-    ) -> Result<Watcher> {
-        let (labels, fields) = parse_selectors(gr, opts)?;
-        let st = self.lock();
-        if !st.resources.contains_key(gr) {
-            return Err(Error::ResourceNotFound);
-        }
-        let mut pending = VecDeque::new();
-        let cursor = match from {
-            None | Some(0) => {
-                if let Some(objects) = st.objects.get(gr) {
-                    for ((ns, _), obj) in objects {
-                        if namespace.is_some_and(|n| n != ns) {
-                            continue;
-                        }
-                        if labels.matches(obj) && fields.matches(obj) {
-                            pending.push_back(WatchEvent::Added((**obj).clone()));
-                        }
-                    }
-                }
-                st.rv
+    /// Changes how long the history keeps events ([`HISTORY_WINDOW`] by default), and drops what is older.
+    pub fn set_history_window(&self, window: Duration) {
+        let mut st = self.lock();
+        st.history.window = window;
+        let cap = self.shared.config.history.max(1);
+        st.history.trim(Instant::now(), cap);
+    }
+
+    /// Drops the events that have aged out of the window (writes do it too, this is for idle periods),
+    /// and removes Events past their time to live.
+    pub fn expire_history(&self) {
+        self.expire_events();
+        let cap = self.shared.config.history.max(1);
+        self.lock().history.trim(Instant::now(), cap);
+    }
+
+    /// Drops aged-out events every few seconds until `shutdown` turns `true`, so an idle store gives
+    /// back the memory of its last burst of writes.
+    pub async fn expire_history_until(self, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.expire_history(),
+                _ = shutdown.wait_for(|s| *s) => return,
             }
-            Some(rv) => rv,
-        };
-        let rx = self.shared.changed.subscribe();
-        drop(st);
-        Ok(Watcher {
-            store: self.clone(),
-            resource: gr.clone(),
-            namespace: namespace.map(str::to_string),
-            labels,
-            fields,
-            cursor,
-            rx,
-            initial: pending.len(),
-            pending,
-            done: false,
-        })
+        }
+    }
+
+    /// How many events the history keeps over all resources.
+    pub fn history_len(&self) -> usize {
+        self.lock().history.len()
     }
 }
 
@@ -146,102 +212,19 @@ pub(super) fn push_event(
     previous: Option<Arc<Value>>,
 ) {
     let rv = meta::resource_version_of(&object).unwrap_or(st.rv);
-    st.log.push_back(LogEntry {
-        rv,
-        resource: gr.clone(),
-        namespace: namespace.to_string(),
-        kind,
-        object,
-        previous,
-    });
-    while st.log.len() > config.history.max(1) {
-        if let Some(e) = st.log.pop_front() {
-            st.compacted_through = e.rv;
-        }
-    }
-}
-
-/// A running watch over one resource. Dropping it ends the watch.
-pub struct Watcher {
-    store: Store,
-    resource: GroupResource,
-    namespace: Option<String>,
-    labels: LabelSelector,
-    fields: FieldSelector,
-    cursor: u64,
-    rx: watch::Receiver<u64>,
-    pending: VecDeque<WatchEvent>,
-    initial: usize,
-    done: bool,
-}
-
-impl Watcher {
-    /// The next event; `None` after an `Error` event.
-    pub async fn next(&mut self) -> Option<WatchEvent> {
-        loop {
-            if let Some(e) = self.pending.pop_front() {
-                return Some(e);
-            }
-            if self.done {
-                return None;
-            }
-            self.rx.borrow_and_update();
-            self.fill();
-            if !self.pending.is_empty() {
-                continue;
-            }
-            if self.rx.changed().await.is_err() {
-                return None;
-            }
-        }
-    }
-
-    /// How many `Added` events the initial replay produced (zero when starting from a version).
-    pub fn initial_events(&self) -> usize {
-        self.initial
-    }
-
-    /// The `resourceVersion` this watcher has caught up to, for bookmarks.
-    pub fn resource_version(&self) -> u64 {
-        self.cursor
-    }
-
-    fn fill(&mut self) {
-        let st = self.store.lock();
-        if self.cursor < st.compacted_through {
-            let err = Error::Expired(format!(
-                "too old resource version: {} ({})",
-                self.cursor, st.compacted_through
-            ));
-            self.pending.push_back(WatchEvent::Error(err.status()));
-            self.done = true;
-            return;
-        }
-        let start = st.log.partition_point(|e| e.rv <= self.cursor);
-        for e in st.log.iter().skip(start) {
-            if e.resource != self.resource
-                || self.namespace.as_ref().is_some_and(|n| *n != e.namespace)
-            {
-                continue;
-            }
-            let now = self.labels.matches(&e.object) && self.fields.matches(&e.object);
-            let before = e
-                .previous
-                .as_ref()
-                .is_some_and(|p| self.labels.matches(p) && self.fields.matches(p));
-            let obj = || (*e.object).clone();
-            let event = match e.kind {
-                EventKind::Added if now => Some(WatchEvent::Added(obj())),
-                EventKind::Modified if now && before => Some(WatchEvent::Modified(obj())),
-                EventKind::Modified if now => Some(WatchEvent::Added(obj())),
-                EventKind::Modified if before => Some(WatchEvent::Deleted(obj())),
-                EventKind::Deleted if now || before => Some(WatchEvent::Deleted(obj())),
-                _ => None,
-            };
-            if let Some(ev) = event {
-                self.pending.push_back(ev);
-            }
-        }
-        self.cursor = self.cursor.max(st.rv);
-    }
+    let now = Instant::now();
+    st.history
+        .by_resource
+        .entry(gr.clone())
+        .or_default()
+        .events
+        .push_back(LogEntry {
+            rv,
+            at: now,
+            namespace: namespace.to_string(),
+            kind,
+            object,
+            previous,
+        });
+    st.history.trim(now, config.history.max(1));
 }

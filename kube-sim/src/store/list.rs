@@ -1,16 +1,18 @@
 //! Lists with selectors and paging: `limit` cuts a list, and the `continue` token resumes it after the last
-//! key returned, at the list's `resourceVersion`.
+//! key returned, at the list's `resourceVersion` (a snapshot: objects created since are absent, objects
+//! deleted since still present), as long as the history reaches back to it.
 
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::{Error, Key, ListOptions, ObjectList, Result, Store, from_value};
+use super::{Error, Key, ListOptions, ListVersion, ObjectList, Result, State, Store, from_value};
 use crate::meta;
 use crate::resource::GroupResource;
 use crate::selector::{self, FieldSelector, LabelSelector};
 
 impl Store {
-    /// Lists objects; `namespace: None` lists across all namespaces.
+    /// Lists objects; `namespace: None` lists across all namespaces. A continued list, and one at an
+    /// `Exact` version, is a snapshot at its version rebuilt from the history.
     pub fn list(
         &self,
         gr: &GroupResource,
@@ -22,44 +24,49 @@ impl Store {
         if !st.resources.contains_key(gr) {
             return Err(Error::ResourceNotFound);
         }
-        let (start, list_rv) = match &opts.continue_token {
-            Some(t) => decode_continue(t)?,
-            None => (None, st.rv),
-        };
-        let mut items = Vec::new();
-        let mut remaining = 0usize;
-        let mut last_key: Option<Key> = None;
-        if let Some(objects) = st.objects.get(gr) {
-            for (key, obj) in objects.iter() {
-                if let Some(ns) = namespace
-                    && key.0 != ns
-                {
-                    continue;
-                }
-                if start.as_ref().is_some_and(|s| key <= s) {
-                    continue;
-                }
-                if !labels.matches(obj) || !fields.matches(obj) {
-                    continue;
-                }
-                if opts.limit.is_some_and(|l| l > 0 && items.len() >= l) {
-                    remaining += 1;
-                    continue;
-                }
-                last_key = Some(key.clone());
-                items.push((**obj).clone());
+        let (start, read_at) = read_point(&st, opts)?;
+        let current = st.objects.get(gr);
+        let snapshot;
+        let objects = match read_at {
+            Some(rv) if rv < st.rv => {
+                st.history.check(gr, rv).map_err(|e| match &start {
+                    Some(key) => Error::ExpiredContinue(encode_continue(key, None)),
+                    None => e,
+                })?;
+                snapshot = match st.history.of(gr) {
+                    Some(h) => h.snapshot(current, rv),
+                    None => current.cloned().unwrap_or_default(),
+                };
+                Some(&snapshot)
             }
+            _ => current,
+        };
+        let list_rv = read_at.unwrap_or(st.rv);
+        let mut page = Page::default();
+        for (key, obj) in objects.into_iter().flatten() {
+            if namespace.is_some_and(|ns| key.0 != ns)
+                || start.as_ref().is_some_and(|s| key <= s)
+                || !labels.matches(obj)
+                || !fields.matches(obj)
+            {
+                continue;
+            }
+            if opts.limit.is_some_and(|l| l > 0 && page.items.len() >= l) {
+                page.remaining += 1;
+                continue;
+            }
+            page.last_key = Some(key.clone());
+            page.items.push((**obj).clone());
         }
-        let continue_token = if remaining > 0 {
-            last_key.map(|k| encode_continue(&k, list_rv))
-        } else {
-            None
+        let continue_token = match (page.remaining, page.last_key) {
+            (1.., Some(k)) => Some(encode_continue(&k, Some(list_rv))),
+            _ => None,
         };
         Ok(ObjectList {
-            items,
+            items: page.items,
             resource_version: list_rv,
             continue_token,
-            remaining: (remaining > 0).then_some(remaining),
+            remaining: (page.remaining > 0).then_some(page.remaining),
         })
     }
 
@@ -89,13 +96,42 @@ pub(super) fn parse_selectors(
     Ok((labels, fields))
 }
 
-fn encode_continue(key: &Key, rv: u64) -> String {
+/// One page being collected.
+#[derive(Default)]
+struct Page {
+    items: Vec<Value>,
+    remaining: usize,
+    last_key: Option<Key>,
+}
+
+/// Where a list starts (after the continue token's key) and the version it reads (`None`: the latest).
+fn read_point(st: &State, opts: &ListOptions) -> Result<(Option<Key>, Option<u64>)> {
+    if let Some(token) = &opts.continue_token {
+        let (key, rv) = decode_continue(token)?;
+        return Ok((Some(key), rv));
+    }
+    let too_large = |requested| Error::TooLargeResourceVersion {
+        requested,
+        current: st.rv,
+    };
+    match opts.version {
+        ListVersion::Latest => Ok((None, None)),
+        v if v.minimum() > st.rv => Err(too_large(v.minimum())),
+        ListVersion::NotOlderThan(_) => Ok((None, None)),
+        ListVersion::Exact(rv) => Ok((None, Some(rv))),
+    }
+}
+
+/// A continue token: the last key returned and the list's version (`-1`, as upstream: the latest, for
+/// the token handed out with a 410 that goes on without a consistent snapshot).
+fn encode_continue(key: &Key, rv: Option<u64>) -> String {
     use base64::Engine as _;
+    let rv = rv.map_or(-1, |v| v as i64);
     let raw = json!({"rv": rv, "ns": key.0, "name": key.1}).to_string();
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
 }
 
-fn decode_continue(token: &str) -> Result<(Option<Key>, u64)> {
+fn decode_continue(token: &str) -> Result<(Key, Option<u64>)> {
     use base64::Engine as _;
     let bad = || Error::BadRequest("continue key is not valid".to_string());
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -104,6 +140,9 @@ fn decode_continue(token: &str) -> Result<(Option<Key>, u64)> {
     let v: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
     let ns = meta::str_at(&v, "/ns").ok_or_else(bad)?.to_string();
     let name = meta::str_at(&v, "/name").ok_or_else(bad)?.to_string();
-    let rv = v.get("rv").and_then(Value::as_u64).ok_or_else(bad)?;
-    Ok((Some((ns, name)), rv))
+    let rv = match v.get("rv").and_then(Value::as_i64).ok_or_else(bad)? {
+        -1 => None,
+        rv => Some(u64::try_from(rv).map_err(|_| bad())?),
+    };
+    Ok(((ns, name), rv))
 }

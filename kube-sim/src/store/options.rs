@@ -116,6 +116,33 @@ pub struct ListOptions {
     pub limit: Option<usize>,
     /// Continue token from a previous page (list only).
     pub continue_token: Option<String>,
+    /// Which version a list reads (`resourceVersion` with `resourceVersionMatch`); ignored with a
+    /// continue token, which carries its own.
+    pub version: ListVersion,
+}
+
+/// The version a list reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ListVersion {
+    /// The latest state (no `resourceVersion`, or `resourceVersion=0`: any version, and the latest is one).
+    #[default]
+    Latest,
+    /// The latest state, which must be at least this version (`resourceVersionMatch=NotOlderThan`, or a
+    /// bare non-zero `resourceVersion`); a version the store has not reached is 504 `Timeout`.
+    NotOlderThan(u64),
+    /// The state at exactly this version (`resourceVersionMatch=Exact`); 410 `Expired` when the history
+    /// no longer reaches back to it, 504 `Timeout` when the store has not reached it.
+    Exact(u64),
+}
+
+impl ListVersion {
+    /// The version the store must have reached before the list can be answered.
+    pub fn minimum(self) -> u64 {
+        match self {
+            ListVersion::Latest => 0,
+            ListVersion::NotOlderThan(rv) | ListVersion::Exact(rv) => rv,
+        }
+    }
 }
 
 /// One page of a list.
@@ -160,6 +187,7 @@ pub type LogStream = std::pin::Pin<Box<dyn futures::Stream<Item = bytes::Bytes> 
 /// Tuning of the store.
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
-    /// How many events the watch history keeps before older ones expire.
+    /// How many events the watch history keeps per resource before older ones expire (they also expire
+    /// after [`HISTORY_WINDOW`](super::HISTORY_WINDOW)).
     pub history: usize,
 }

@@ -271,3 +271,97 @@ fn generate_name_and_missing_namespace() {
         .unwrap_err();
     assert_eq!(err.to_string(), "namespaces \"nope\" not found");
 }
+
+#[tokio::test]
+async fn every_watcher_shares_the_stored_object() {
+    let s = store();
+    let mut watchers: Vec<Watcher> = (0..3)
+        .map(|_| {
+            s.watch(
+                &deploy(),
+                NS,
+                Some(s.current_resource_version()),
+                &ListOptions::default(),
+            )
+            .unwrap()
+        })
+        .collect();
+    create(&s, &deploy(), deployment("a")).unwrap();
+    let mut objects = Vec::new();
+    for w in &mut watchers {
+        match w.next_shared().await {
+            Some(SharedEvent::Added(o)) => objects.push(o),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(objects.windows(2).all(|p| Arc::ptr_eq(&p[0], &p[1])));
+    let stored = s
+        .lock()
+        .stored(&deploy(), &("default".into(), "a".into()))
+        .unwrap();
+    assert!(Arc::ptr_eq(&objects[0], &stored), "the store's own copy");
+}
+
+#[tokio::test]
+async fn the_history_is_bounded_per_resource() {
+    let s = Store::new(StoreConfig { history: 5 });
+    let cms = GroupResource::new("", "configmaps");
+    let quiet = s.current_resource_version();
+    create(&s, &deploy(), deployment("a")).unwrap();
+    let mut deployments = s
+        .watch(&deploy(), NS, Some(quiet), &ListOptions::default())
+        .unwrap();
+    for i in 0..20 {
+        let cm =
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}")}});
+        create(&s, &cms, cm).unwrap();
+    }
+    assert!(
+        matches!(deployments.next().await, Some(WatchEvent::Added(ref o)) if o["metadata"]["name"] == "a"),
+        "churn elsewhere does not expire a quiet resource's watch"
+    );
+    let mut old = s
+        .watch(&cms, NS, Some(quiet), &ListOptions::default())
+        .unwrap();
+    assert!(
+        matches!(old.next().await, Some(WatchEvent::Error(ref st)) if st["code"] == 410),
+        "a busy resource keeps only its last events"
+    );
+}
+
+#[tokio::test]
+async fn a_watcher_busy_with_a_burst_keeps_up_with_the_history() {
+    let s = Store::new(StoreConfig { history: 3 });
+    let cms = GroupResource::new("", "configmaps");
+    let cm = |i: usize| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}")}});
+    let mut w = s
+        .watch(
+            &cms,
+            NS,
+            Some(s.current_resource_version()),
+            &ListOptions::default(),
+        )
+        .unwrap();
+    let mut names = Vec::new();
+    let mut take = async |w: &mut Watcher| match w.next().await {
+        Some(WatchEvent::Added(o)) => {
+            names.push(o["metadata"]["name"].as_str().unwrap().to_string())
+        }
+        other => panic!("unexpected {other:?}"),
+    };
+    for i in 1..=3 {
+        create(&s, &cms, cm(i)).unwrap();
+    }
+    take(&mut w).await;
+    for i in 4..=5 {
+        create(&s, &cms, cm(i)).unwrap();
+    }
+    take(&mut w).await;
+    for i in 6..=8 {
+        create(&s, &cms, cm(i)).unwrap();
+    }
+    for _ in 0..6 {
+        take(&mut w).await;
+    }
+    assert_eq!(names, (1..=8).map(|i| format!("c{i}")).collect::<Vec<_>>());
+}

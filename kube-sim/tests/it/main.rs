@@ -8,6 +8,7 @@ mod images;
 mod kube_rs;
 mod kubectl;
 mod lifecycle;
+mod lists;
 mod oci;
 mod openapi;
 mod ownership;

@@ -1,0 +1,230 @@
+//! Watches: a [`Watcher`] reads its resource's history in `resourceVersion` order, its events sharing the
+//! stored objects until a consumer asks for its own copy.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::history::EventKind;
+use super::list::parse_selectors;
+use super::{Error, ListOptions, Result, Store};
+use crate::resource::GroupResource;
+use crate::selector::{FieldSelector, LabelSelector};
+
+/// An event delivered by a [`Watcher`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchEvent {
+    /// An object appeared (or started matching).
+    Added(Value),
+    /// An object changed.
+    Modified(Value),
+    /// An object was removed (or stopped matching).
+    Deleted(Value),
+    /// The watcher has seen everything up to this `resourceVersion`.
+    Bookmark(u64),
+    /// The watch cannot continue; the value is a `Status`. The stream ends after it.
+    Error(Value),
+}
+
+impl WatchEvent {
+    /// The wire `type`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            WatchEvent::Added(_) => "ADDED",
+            WatchEvent::Modified(_) => "MODIFIED",
+            WatchEvent::Deleted(_) => "DELETED",
+            WatchEvent::Bookmark(_) => "BOOKMARK",
+            WatchEvent::Error(_) => "ERROR",
+        }
+    }
+}
+
+/// A [`WatchEvent`] whose object is the stored one, shared with the store, its history and every other
+/// watcher; for consumers that only read it (the HTTP server serializes it).
+#[derive(Clone, Debug, PartialEq)]
+pub enum SharedEvent {
+    /// An object appeared (or started matching).
+    Added(Arc<Value>),
+    /// An object changed.
+    Modified(Arc<Value>),
+    /// An object was removed (or stopped matching).
+    Deleted(Arc<Value>),
+    /// The watcher has seen everything up to this `resourceVersion`.
+    Bookmark(u64),
+    /// The watch cannot continue; the value is a `Status`. The stream ends after it.
+    Error(Value),
+}
+
+impl SharedEvent {
+    /// The wire `type`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            SharedEvent::Added(_) => "ADDED",
+            SharedEvent::Modified(_) => "MODIFIED",
+            SharedEvent::Deleted(_) => "DELETED",
+            SharedEvent::Bookmark(_) => "BOOKMARK",
+            SharedEvent::Error(_) => "ERROR",
+        }
+    }
+
+    /// The object of an `ADDED`, `MODIFIED` or `DELETED` event.
+    pub fn object(&self) -> Option<&Arc<Value>> {
+        match self {
+            SharedEvent::Added(o) | SharedEvent::Modified(o) | SharedEvent::Deleted(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    fn owned(self) -> WatchEvent {
+        let own = |o: Arc<Value>| Arc::try_unwrap(o).unwrap_or_else(|o| (*o).clone());
+        match self {
+            SharedEvent::Added(o) => WatchEvent::Added(own(o)),
+            SharedEvent::Modified(o) => WatchEvent::Modified(own(o)),
+            SharedEvent::Deleted(o) => WatchEvent::Deleted(own(o)),
+            SharedEvent::Bookmark(rv) => WatchEvent::Bookmark(rv),
+            SharedEvent::Error(s) => WatchEvent::Error(s),
+        }
+    }
+}
+
+impl Store {
+    /// Starts a watch. `from: None` or `Some(0)` replays the current objects as `Added` first.
+    pub fn watch(
+        &self,
+        gr: &GroupResource,
+        namespace: Option<&str>,
+        from: Option<u64>,
+        opts: &ListOptions,
+    ) -> Result<Watcher> {
+        let (labels, fields) = parse_selectors(gr, opts)?;
+        let st = self.lock();
+        if !st.resources.contains_key(gr) {
+            return Err(Error::ResourceNotFound);
+        }
+        let mut pending = VecDeque::new();
+        let cursor = match from {
+            None | Some(0) => {
+                if let Some(objects) = st.objects.get(gr) {
+                    for ((ns, _), obj) in objects {
+                        if namespace.is_some_and(|n| n != ns) {
+                            continue;
+                        }
+                        if labels.matches(obj) && fields.matches(obj) {
+                            pending.push_back(SharedEvent::Added(obj.clone()));
+                        }
+                    }
+                }
+                st.rv
+            }
+            Some(rv) => rv,
+        };
+        let rx = self.shared.changed.subscribe();
+        drop(st);
+        Ok(Watcher {
+            store: self.clone(),
+            resource: gr.clone(),
+            namespace: namespace.map(str::to_string),
+            labels,
+            fields,
+            cursor,
+            rx,
+            initial: pending.len(),
+            pending,
+            done: false,
+        })
+    }
+}
+
+/// A running watch over one resource. Dropping it ends the watch.
+pub struct Watcher {
+    store: Store,
+    resource: GroupResource,
+    namespace: Option<String>,
+    labels: LabelSelector,
+    fields: FieldSelector,
+    cursor: u64,
+    rx: watch::Receiver<u64>,
+    pending: VecDeque<SharedEvent>,
+    initial: usize,
+    done: bool,
+}
+
+impl Watcher {
+    /// The next event; `None` after an `Error` event.
+    pub async fn next(&mut self) -> Option<WatchEvent> {
+        self.next_shared().await.map(SharedEvent::owned)
+    }
+
+    /// The next event with the object shared with the store; `None` after an `Error` event.
+    pub async fn next_shared(&mut self) -> Option<SharedEvent> {
+        loop {
+            // Take what changed before handing out what is queued: a consumer that is slow with a burst
+            // of events must not fall behind the history meanwhile (and be expired into a full relist).
+            if !self.done && self.rx.has_changed().unwrap_or(false) {
+                self.rx.borrow_and_update();
+                self.fill();
+            }
+            if let Some(e) = self.pending.pop_front() {
+                return Some(e);
+            }
+            if self.done {
+                return None;
+            }
+            self.rx.borrow_and_update();
+            self.fill();
+            if !self.pending.is_empty() {
+                continue;
+            }
+            if self.rx.changed().await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// How many `Added` events the initial replay produced (zero when starting from a version).
+    pub fn initial_events(&self) -> usize {
+        self.initial
+    }
+
+    /// The `resourceVersion` this watcher has caught up to, for bookmarks.
+    pub fn resource_version(&self) -> u64 {
+        self.cursor
+    }
+
+    fn fill(&mut self) {
+        let st = self.store.lock();
+        if let Err(err) = st.history.check(&self.resource, self.cursor) {
+            self.pending.push_back(SharedEvent::Error(err.status()));
+            self.done = true;
+            return;
+        }
+        if let Some(history) = st.history.of(&self.resource) {
+            let start = history.events.partition_point(|e| e.rv <= self.cursor);
+            for e in history.events.iter().skip(start) {
+                if self.namespace.as_ref().is_some_and(|n| *n != e.namespace) {
+                    continue;
+                }
+                let now = self.labels.matches(&e.object) && self.fields.matches(&e.object);
+                let before = e
+                    .previous
+                    .as_ref()
+                    .is_some_and(|p| self.labels.matches(p) && self.fields.matches(p));
+                let obj = || e.object.clone();
+                let event = match e.kind {
+                    EventKind::Added if now => Some(SharedEvent::Added(obj())),
+                    EventKind::Modified if now && before => Some(SharedEvent::Modified(obj())),
+                    EventKind::Modified if now => Some(SharedEvent::Added(obj())),
+                    EventKind::Modified if before => Some(SharedEvent::Deleted(obj())),
+                    EventKind::Deleted if now || before => Some(SharedEvent::Deleted(obj())),
+                    _ => None,
+                };
+                if let Some(ev) = event {
+                    self.pending.push_back(ev);
+                }
+            }
+        }
+        self.cursor = self.cursor.max(st.rv);
+    }
+}
