@@ -298,34 +298,46 @@ impl Forward {
     }
 
     /// Copies until the pod closes its side; the client closing its side half-closes the TCP connection.
-    async fn copy(&self, tcp: TcpStream, mut inbound: mpsc::Receiver<Bytes>) {
-        let (mut from_pod, mut to_pod) = tcp.into_split();
-        let upstream = async {
-            while let Some(bytes) = inbound.recv().await {
-                if to_pod.write_all(&bytes).await.is_err() {
-                    return;
-                }
+    async fn copy(&self, tcp: TcpStream, inbound: mpsc::Receiver<Bytes>) {
+        let frame = |bytes: &[u8]| self.data(self.data, false, Bytes::copy_from_slice(bytes));
+        pump(tcp, inbound, frame, &self.out).await;
+    }
+}
+
+/// Copies between a pod's port and a client's stream until the pod closes its side: what `inbound`
+/// brings is written to the pod (its end half-closes the TCP connection), what the pod sends goes out
+/// as `frame`s.
+pub(super) async fn pump<T>(
+    tcp: TcpStream,
+    mut inbound: mpsc::Receiver<Bytes>,
+    frame: impl Fn(&[u8]) -> T,
+    out: &mpsc::Sender<T>,
+) {
+    let (mut from_pod, mut to_pod) = tcp.into_split();
+    let upstream = async {
+        while let Some(bytes) = inbound.recv().await {
+            if to_pod.write_all(&bytes).await.is_err() {
+                return;
             }
-            let _ = to_pod.shutdown().await;
-            std::future::pending::<()>().await;
-        };
-        let downstream = async {
-            let mut buf = vec![0u8; CHUNK];
-            loop {
-                match from_pod.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => {
-                        let frame = self.data(self.data, false, Bytes::copy_from_slice(&buf[..n]));
-                        if self.out.send(frame).await.is_err() {
-                            return;
-                        }
+        }
+        let _ = to_pod.shutdown().await;
+        std::future::pending::<()>().await;
+    };
+    let downstream = async {
+        let mut buf = vec![0u8; CHUNK];
+        loop {
+            match from_pod.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if out.send(frame(&buf[..n])).await.is_err() {
+                        return;
                     }
                 }
             }
-        };
-        tokio::select! {
-            () = downstream => {}
-            () = upstream => {}
         }
+    };
+    tokio::select! {
+        () = downstream => {}
+        () = upstream => {}
     }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::Value;
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
@@ -28,8 +28,6 @@ use crate::store::{self, PodStreams};
 pub(super) const PROTOCOL: &str = "v4.channel.k8s.io";
 /// How long dialling the pod's port may take.
 const DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-/// The largest message sent.
-const CHUNK: usize = 32 * 1024;
 
 /// The ports of a request's `ports` parameters (`ports=80,8080` or repeated), or why they are invalid.
 pub(super) fn ports(values: &[&str]) -> Result<Vec<u16>, String> {
@@ -158,35 +156,9 @@ impl Forward {
         }
     }
 
-    async fn copy(&self, tcp: TcpStream, mut inbound: mpsc::Receiver<Bytes>) {
-        let (mut from_pod, mut to_pod) = tcp.into_split();
-        let upstream = async {
-            while let Some(bytes) = inbound.recv().await {
-                if to_pod.write_all(&bytes).await.is_err() {
-                    return;
-                }
-            }
-            let _ = to_pod.shutdown().await;
-            std::future::pending::<()>().await;
-        };
-        let downstream = async {
-            let mut buf = vec![0u8; CHUNK];
-            loop {
-                match from_pod.read(&mut buf).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => {
-                        let message = Self::message(self.channel, &buf[..n]);
-                        if self.out.send(message).await.is_err() {
-                            return;
-                        }
-                    }
-                }
-            }
-        };
-        tokio::select! {
-            () = downstream => {}
-            () = upstream => {}
-        }
+    async fn copy(&self, tcp: TcpStream, inbound: mpsc::Receiver<Bytes>) {
+        let message = |bytes: &[u8]| Self::message(self.channel, bytes);
+        super::portforward::pump(tcp, inbound, message, &self.out).await;
     }
 }
 
