@@ -12,7 +12,7 @@ use super::GROUP;
 use super::authorizer::selector_matches;
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{ListOptions, Patch, PatchOptions, Store, WatchEvent};
+use crate::store::{Patch, PatchOptions, Store, WatchEvent};
 
 /// The field manager of the rules it writes.
 const MANAGER: &str = "clusterrole-aggregation-controller";
@@ -90,29 +90,13 @@ pub fn aggregate(store: &Store) -> usize {
     updates
 }
 
-/// Runs [`aggregate`] whenever a ClusterRole changes, until shutdown.
-pub async fn run(store: Store, mut shutdown: watch::Receiver<bool>) {
-    let Ok(mut watcher) = store.watch(&cluster_roles(), None, None, &ListOptions::default()) else {
-        tracing::error!(
-            "the clusterroles resource is missing; ClusterRoles will not be aggregated"
-        );
-        return;
-    };
-    loop {
-        let event = tokio::select! {
-            e = watcher.next() => e,
-            _ = shutdown.wait_for(|s| *s) => return,
-        };
-        match event {
-            None => return,
-            Some(WatchEvent::Error(status)) => {
-                tracing::error!(%status, "the ClusterRole watch failed");
-                return;
-            }
-            Some(WatchEvent::Bookmark(_)) => {}
-            Some(_) => {
-                aggregate(&store);
-            }
+/// Runs [`aggregate`] whenever a ClusterRole changes, until shutdown; an expired watch is replayed as
+/// the controllers' are.
+pub async fn run(store: Store, shutdown: watch::Receiver<bool>) {
+    crate::controller::follow(&store, &cluster_roles(), shutdown, |event| {
+        if !matches!(event, WatchEvent::Bookmark(_)) {
+            aggregate(&store);
         }
-    }
+    })
+    .await;
 }
