@@ -403,9 +403,21 @@ fn check(store: &Store, key: &ObjKey) -> Result<(), Error> {
             Err(e) => Err(e.into()),
         };
     }
-    let mut new = obj.clone();
     let kept: Vec<Value> = alive.into_iter().cloned().collect();
-    meta::metadata_mut(&mut new).insert("ownerReferences".into(), Value::Array(kept));
+    set_owner_references(store, key, &obj, kept)
+}
+
+/// Writes `obj` back with `refs` as its `ownerReferences`, as the garbage collector does when it drops
+/// owners that are gone or being deleted.
+fn set_owner_references(
+    store: &Store,
+    key: &ObjKey,
+    obj: &Value,
+    refs: Vec<Value>,
+) -> Result<(), Error> {
+    let mut new = obj.clone();
+    meta::metadata_mut(&mut new).insert("ownerReferences".into(), Value::Array(refs));
+    let ns = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
     store.update(
         Endpoint::Main,
         &key.resource,

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::{ObjKey, owner_exists};
+use super::{ObjKey, owner_exists, set_owner_references};
 use crate::controller::{Error, MANAGER};
 use crate::meta;
 use crate::store::{self, DeleteOptions, Endpoint, FOREGROUND_FINALIZER, Store, WriteOptions};
@@ -91,16 +91,8 @@ fn step_dependent(
         .filter(|r| r["uid"] != uid)
         .any(|r| owner_exists(store, &key.namespace, r));
     if kept_by_another {
-        let mut new = dep.clone();
         let rest: Vec<Value> = refs.into_iter().filter(|r| r["uid"] != uid).collect();
-        meta::metadata_mut(&mut new).insert("ownerReferences".into(), Value::Array(rest));
-        store.update(
-            Endpoint::Main,
-            &key.resource,
-            ns,
-            new,
-            &WriteOptions::manager(MANAGER),
-        )?;
+        set_owner_references(store, key, &dep, rest)?;
         return Ok(false);
     }
     let dep_uid = meta::str_at(&dep, "/metadata/uid").unwrap_or("");
