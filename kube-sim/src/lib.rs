@@ -70,6 +70,7 @@ pub enum Error {
     #[error(transparent)]
     DockerKubelet(#[from] kubelet::docker::Error),
     /// A client could not be built from the kubeconfig.
+    #[cfg(feature = "client")]
     #[error("building a client from {path}")]
     Client {
         /// The kubeconfig.
@@ -432,6 +433,7 @@ impl Sim {
     }
 
     /// A `kube::Client` built from the emitted kubeconfig, exactly as an outside client would.
+    #[cfg(feature = "client")]
     pub async fn client(&self) -> Result<kube::Client, Error> {
         let path = self.kubeconfig_path.display().to_string();
         let wrap = |e: Box<dyn std::error::Error + Send + Sync>| Error::Client {
