@@ -59,8 +59,8 @@ impl Config {
     /// Short delays that still keep the order of events real: for tests and local use.
     pub fn fast() -> Config {
         Config {
-            deployment_delay: Duration::from_millis(50),
-            replicaset_delay: Duration::from_millis(30),
+            deployment_delay: Duration::from_millis(15),
+            replicaset_delay: Duration::from_millis(10),
             gc_delay: Duration::from_millis(20),
         }
     }
