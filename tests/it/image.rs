@@ -102,6 +102,7 @@ fn hello(project: &Project) -> image::cargo::CargoBuild<'_> {
         root: project.root(),
         package: "hello",
         bin: "hello",
+        profile: image::cargo::Profile::COMPONENT,
         lines: None,
         progress: None,
         cancel: None,

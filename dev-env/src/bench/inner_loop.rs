@@ -405,6 +405,7 @@ impl LoopProject {
             root: &self.dir,
             package: "app",
             bin: "app",
+            profile: cargo::Profile::COMPONENT,
             lines: None,
             progress: None,
             cancel: None,

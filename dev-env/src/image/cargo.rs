@@ -81,6 +81,8 @@ pub struct CargoBuild<'a> {
     pub root: &'a Path,
     pub package: &'a str,
     pub bin: &'a str,
+    /// The target directory and what the build adds to `release`.
+    pub profile: Profile,
     /// Where cargo's output goes line by line as it comes (`--verbose`);
     /// `None` shows it only on failure.
     pub lines: Option<LineSender>,
@@ -88,6 +90,25 @@ pub struct CargoBuild<'a> {
     pub progress: Option<ProgressSender>,
     /// Set to stop the build (its process is killed).
     pub cancel: Option<Cancel>,
+}
+
+/// Where an image build puts its output, and what it changes of the
+/// workspace's `release` profile for this build only.
+#[derive(Debug, Clone, Copy)]
+pub struct Profile {
+    /// The target directory, relative to the workspace root.
+    pub target_dir: &'static str,
+    /// `cargo --config` values, such as `profile.release.opt-level=1`.
+    pub config: &'static [&'static str],
+}
+
+impl Profile {
+    /// A component's build: the workspace's `release` profile as declared,
+    /// so the image runs what production would.
+    pub const COMPONENT: Profile = Profile {
+        target_dir: TARGET_DIR,
+        config: &[],
+    };
 }
 
 /// A flag that stops a running build when set.
@@ -114,10 +135,11 @@ pub async fn off_runtime<T: Send + 'static>(
     step: fn(&CargoBuild<'_>) -> Result<T, Error>,
     sinks: Sinks<'_>,
 ) -> Result<T, Error> {
-    let (root, package, bin, cancel) = (
+    let (root, package, bin, profile, cancel) = (
         build.root.to_path_buf(),
         build.package.to_string(),
         build.bin.to_string(),
+        build.profile,
         build.cancel.clone(),
     );
     let (line_sender, mut lines) = tokio::sync::mpsc::unbounded_channel();
@@ -129,6 +151,7 @@ pub async fn off_runtime<T: Send + 'static>(
             root: &root,
             package: &package,
             bin: &bin,
+            profile,
             lines: line_sender,
             progress: progress_sender,
             cancel,
@@ -177,11 +200,12 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
     let sh = Shell::new().map_err(spawn)?;
     sh.change_dir(build.root);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo"));
-    let target_dir = build.root.join(TARGET_DIR);
+    let target_dir = build.root.join(build.profile.target_dir);
     let (package, bin) = (build.package, build.bin);
+    let config = build.profile.config.iter().flat_map(|c| ["--config", c]);
     let cmd = cmd!(
         sh,
-        "{cargo} build --release -p {package} --bin {bin} --target {TARGET} --message-format json-render-diagnostics"
+        "{cargo} build --release -p {package} --bin {bin} --target {TARGET} {config...} --message-format json-render-diagnostics"
     )
     .env("CARGO_TARGET_DIR", &target_dir)
     .env("CARGO_ENCODED_RUSTFLAGS", rustflags(build.root))
