@@ -263,8 +263,13 @@ pub async fn up(
         host: registry.host.clone(),
         step: registry_step(&registry.action),
     });
-    let cluster = ensure_cluster(&docker, config, options, reporter).await?;
-    let pushed = ensure_images(config, &registry, options, reporter).await?;
+    // The node image and the component images build side by side, each in
+    // its own target directory: on a first run both compile for minutes.
+    let (cluster, pushed) = tokio::join!(
+        ensure_cluster(&docker, config, options, reporter),
+        ensure_images(config, &registry, options, reporter),
+    );
+    let (cluster, pushed) = (cluster?, pushed?);
 
     let hosting = apply::local_registry_hosting(config, &registry.host);
     let mut applied = vec![apply::apply_value(&cluster.client, &hosting).await?];
