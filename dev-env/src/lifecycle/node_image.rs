@@ -157,22 +157,23 @@ pub fn sim_source_hash(root: &Path) -> std::io::Result<String> {
     Ok(hex::encode(hasher.finalize()))
 }
 
-/// The simulator's build: `release`, less optimised where a cold build
-/// spends most and the simulator gains least. Crates whose code runs only
-/// at start or on rare requests (the built-in types' OpenAPI schemas,
-/// protobuf messages, the engine API's types, the command line) are not
-/// optimised at all, the rest at `opt-level=1`; kube-sim's scale figures
-/// stay within a few per cent of `opt-level=3` (BENCHMARKS.md). Its own
-/// target directory, so the component builds beside it, in
-/// [`cargo_build::TARGET_DIR`], never wait for its lock.
+/// The simulator's build: `release`, except for the crates whose code runs
+/// only at start or on rare requests (the built-in types' OpenAPI schemas,
+/// protobuf messages, CEL rules, the engine API's types, the command line),
+/// which are where a cold build spends most and the simulator gains least
+/// (BENCHMARKS.md has the figures; `opt-level=1` throughout was measured
+/// too and costs the scale figures 15 to 40 %). Its own target directory, so
+/// the component builds beside it, in [`cargo_build::TARGET_DIR`], never
+/// wait for its lock.
 const SIMULATOR: cargo_build::Profile = cargo_build::Profile {
     target_dir: "target/node-image",
     config: &[
-        "profile.release.opt-level=1",
         "profile.release.package.k8s-openapi.opt-level=0",
         "profile.release.package.k8s-pb.opt-level=0",
         "profile.release.package.bollard-stubs.opt-level=0",
         "profile.release.package.clap_builder.opt-level=0",
+        "profile.release.package.cel.opt-level=1",
+        "profile.release.package.antlr4rust.opt-level=1",
     ],
 };
 
