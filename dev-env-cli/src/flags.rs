@@ -1,24 +1,9 @@
-//! The whole command line, in one place. Doc comments are the help text.
+//! dev-env's whole command line, in one place. Doc comments are the help
+//! text.
 
 use std::{path::PathBuf, time::Duration};
 
-use clap::{Args, Parser, Subcommand};
-
-/// The Kubernetes inner dev loop for this repository: a local registry and
-/// cluster on Docker, images built and pushed, rollouts that wait for the
-/// pushed digest.
-#[derive(Debug, Parser)]
-#[command(
-    name = "cargo xtask",
-    bin_name = "cargo xtask",
-    disable_version_flag = true
-)]
-pub struct Xtask {
-    #[command(flatten)]
-    pub global: Global,
-    #[command(subcommand)]
-    pub cmd: Cmd,
-}
+use clap::{Args, Subcommand};
 
 #[derive(Debug, Args)]
 pub struct Global {
@@ -34,7 +19,7 @@ pub struct Global {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Cmd {
+pub enum Command {
     /// Bring the local environment up, down, or report on it
     Dev(Dev),
     /// Build and push component images, then roll them out and wait until
@@ -48,10 +33,6 @@ pub enum Cmd {
     /// Forward local ports on 127.0.0.1 to a component's pods, following
     /// its rollouts, until Ctrl-C
     Forward(Forward),
-    /// Run the project's checks: tests (cargo nextest), rustfmt and clippy
-    Test(Test),
-    /// Measure the loop's figures on this machine (median, min, max)
-    Bench(Bench),
 }
 
 #[derive(Debug, Args)]
@@ -75,6 +56,9 @@ pub enum DevCmd {
     Reset(Reset),
     /// Print the logs of a component's pods, or of every component's
     Logs(Logs),
+    /// Write a starting environment file for this workspace, guessed from
+    /// its binary packages and manifests; never overwrites one
+    Init(Init),
 }
 
 #[derive(Debug, Args)]
@@ -118,6 +102,13 @@ pub struct Reset {
     #[arg(long)]
     pub purge: bool,
     /// Print what was removed as JSON
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct Init {
+    /// Print what was written and guessed as JSON
     #[arg(long)]
     pub json: bool,
 }
@@ -199,53 +190,12 @@ pub struct Reload {
     pub rollout: RolloutFlags,
 }
 
-#[derive(Debug, Args)]
-pub struct Test {
-    /// Only run the tests; skip rustfmt and clippy
-    #[arg(long)]
-    pub no_lint: bool,
-    /// Arguments passed on to `cargo nextest run`
-    #[arg(last = true, value_name = "NEXTEST_ARGS")]
-    pub nextest_args: Vec<String>,
-}
-
-#[derive(Debug, Args)]
-pub struct Bench {
-    /// Runs per figure (at least 5)
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(5..))]
-    pub runs: u16,
-    /// Print one JSON object per figure instead of a Markdown table
-    #[arg(long)]
-    pub json: bool,
-    /// Only time a first `cargo xtask dev up` on a fresh clone (empty
-    /// `target/`, node image absent), once, with its breakdown
-    #[arg(long)]
-    pub first_run: bool,
-    /// Measure only these sets (repeatable); all of them by default
-    #[arg(long, value_enum)]
-    pub only: Vec<BenchSet>,
-    /// The kube-sim binary the scale figures run, instead of the one in the
-    /// sim node image
-    #[arg(long, value_name = "PATH")]
-    pub kube_sim: Option<std::path::PathBuf>,
-}
-
-/// A set of bench figures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum BenchSet {
-    /// The inner loop, by hand and under `watch`
-    Loop,
-    /// A large layer against curl
-    Upload,
-    /// kube-sim at scale
-    Scale,
-}
-
 fn parse_port(s: &str) -> Result<dev_env::config::PortForward, String> {
     s.parse()
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+/// A duration such as `90s`, `3m` or `1m30s`, longer than zero.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s)
         .map_err(|e| format!("{e} (write it like 90s, 3m or 1m30s)"))?;
     if d.is_zero() {
@@ -262,7 +212,7 @@ mod tests {
 
     #[test]
     fn cli_is_well_formed() {
-        Xtask::command().debug_assert();
+        crate::Cli::command().debug_assert();
     }
 
     #[test]
