@@ -320,7 +320,7 @@ fn build(
     };
     let context = dir
         .strip_prefix(root)
-        .unwrap_or(&dir)
+        .unwrap_or(dir)
         .to_string_lossy()
         .into_owned();
     let copies = scan::copies_binary(&dockerfile, &binary.bin);
