@@ -200,6 +200,16 @@ pub fn unique_name(prefix: &str) -> String {
     )
 }
 
+/// A /24 under 10.200.0.0/13 picked at random, so environments of
+/// different tests do not meet on one subnet.
+pub fn random_subnet() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("10.{}.{}.0/24", 200 + nanos % 50, (nanos / 50) % 250)
+}
+
 /// Panics with the fix unless the Docker engine answers: tests that need it
 /// must fail, not skip.
 pub fn require_docker() {
@@ -347,11 +357,7 @@ impl SimProject {
         let name = unique_name(prefix);
         let dir = repo_root().join("target/it").join(&name);
         std::fs::create_dir_all(&dir).expect("a project directory");
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let subnet = format!("10.{}.{}.0/24", 200 + nanos % 50, (nanos / 50) % 250);
+        let subnet = random_subnet();
         let mut cleanup = DockerCleanup::default();
         cleanup.containers = vec![format!("{name}-server-0"), format!("{name}-registry")];
         cleanup.volumes = vec![format!("{name}-registry-data")];

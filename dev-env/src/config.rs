@@ -16,6 +16,7 @@ mod check;
 mod forward;
 pub(crate) mod locate;
 mod raw;
+mod sim;
 mod validate;
 mod workspace;
 
@@ -34,7 +35,10 @@ use raw::{RawConfig, serde_problem};
 pub use forward::PortForward;
 pub use locate::Location;
 use locate::Locations;
+pub(crate) use sim::sim_source;
 pub use validate::is_dns_label;
+pub use workspace::workspace_root;
+pub(crate) use workspace::{Listing, Metadata, Unreadable, metadata};
 
 /// The file looked for at the repository root when `--config` is not given.
 pub const DEFAULT_CONFIG_FILE: &str = "dev-env.yaml";
@@ -160,6 +164,10 @@ pub struct Cluster {
     /// How long a new pod may stay `Pending` or `ContainerCreating` before
     /// a rollout wait fails with its events.
     pub pod_start_grace: std::time::Duration,
+    /// `provider: sim`: the directory whose `kube-sim/` holds the package
+    /// the node image is built from, wherever cargo has it (a workspace
+    /// member, a path or git dependency); set by a [`Purpose::Full`] load.
+    pub sim_source: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -349,7 +357,7 @@ impl Config {
         };
         let mut config = check.resolve(raw, file);
         if purpose == Purpose::Full {
-            check.workspace(&config);
+            config.cluster.sim_source = check.workspace(&config);
         }
         if !check.problems.is_empty() {
             check

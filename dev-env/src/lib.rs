@@ -15,6 +15,7 @@ pub mod docker;
 pub mod forward;
 pub mod host;
 pub mod image;
+pub mod init;
 pub mod kubeconfig;
 pub mod lifecycle;
 pub mod lock;

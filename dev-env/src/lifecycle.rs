@@ -82,6 +82,12 @@ pub enum Error {
     },
     #[error(transparent)]
     Lock(#[from] lock::Error),
+    #[error("cannot remove the state directory {}", dir.display())]
+    RemoveState {
+        dir: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Ownership(#[from] ownership::Error),
     #[error(transparent)]

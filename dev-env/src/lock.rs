@@ -150,19 +150,19 @@ pub async fn acquire(
         path: path.clone(),
         source,
     };
-    std::fs::create_dir_all(state_dir).map_err(open_err)?;
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(open_err)?;
     let deadline = Instant::now() + timeout;
     let mut told = false;
+    let mut file = open_lock_file(state_dir, &path).map_err(open_err)?;
     loop {
         match file.try_lock() {
-            Ok(()) => break,
+            // `dev reset --purge` removes the state directory, lock file
+            // included, while holding it: a lock on a removed file is
+            // nobody's, so it is taken again on the file now there.
+            Ok(()) if is_linked(&file, &path) => break,
+            Ok(()) => {
+                file = open_lock_file(state_dir, &path).map_err(open_err)?;
+                continue;
+            }
             Err(TryLockError::WouldBlock) => {}
             Err(TryLockError::Error(source)) => return Err(open_err(source)),
         }
@@ -192,6 +192,26 @@ pub async fn acquire(
         .and_then(|()| file.write_all(pid.as_bytes()))
         .and_then(|()| file.flush());
     Ok(Lock { _file: Some(file) })
+}
+
+/// Opens (creating it and its directory) the lock file at `path`.
+fn open_lock_file(state_dir: &Path, path: &Path) -> std::io::Result<File> {
+    std::fs::create_dir_all(state_dir)?;
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
+/// Whether the open `file` is still the file at `path`.
+fn is_linked(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (file.metadata(), std::fs::metadata(path)) {
+        (Ok(open), Ok(named)) => open.dev() == named.dev() && open.ino() == named.ino(),
+        _ => false,
+    }
 }
 
 fn read_pid(file: &mut File) -> Option<u32> {
@@ -271,5 +291,34 @@ mod tests {
             .expect("the lock once the first holder lets go");
         assert!(started.elapsed() >= Duration::from_millis(250));
         release.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_waiter_on_a_removed_lock_file_takes_the_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("env");
+        let first = acquire(&state, "env", Duration::from_secs(1), &|_| {})
+            .await
+            .unwrap();
+        let waiter = {
+            let state = state.clone();
+            tokio::spawn(async move {
+                acquire(&state, "env", Duration::from_secs(5), &|_| {})
+                    .await
+                    .unwrap()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // What `dev reset --purge` does while it holds the lock.
+        std::fs::remove_dir_all(&state).unwrap();
+        drop(first);
+        let second = waiter.await.unwrap();
+        let held = second._file.as_ref().expect("a lock of its own");
+        assert!(is_linked(held, &state.join(LOCK_FILE)));
+        // A third run waits for it, as for any holder.
+        let err = acquire(&state, "env", Duration::from_millis(200), &|_| {})
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
     }
 }

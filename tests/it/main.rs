@@ -1,9 +1,11 @@
 //! Integration tests of the workspace, one binary. Tests that need Docker
 //! or the distribution registry fail loudly when those are missing.
 
+mod adopt;
 mod deliver;
 mod faults;
 mod image;
+mod init;
 mod lifecycle;
 mod operator;
 mod prune;

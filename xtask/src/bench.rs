@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use dev_env::bench;
 
-use crate::{Ctx, flags, project_root};
+use dev_env_cli::{Ctx, out, outln};
+
+use crate::flags;
 
 /// The layer of the upload figure, in MB.
 const LAYER_MB: usize = 200;
@@ -16,10 +18,10 @@ const SCALE: (usize, i32) = (20, 50);
 
 impl flags::Bench {
     pub(crate) fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
-        let root = project_root();
+        let root = ctx.root();
         if self.first_run {
             ctx.note("a first `cargo xtask dev up` on a fresh clone of the repository, once");
-            let figures = bench::first_run(&root).context("bench --first-run")?;
+            let figures = bench::first_run(root).context("bench --first-run")?;
             return self.print(&figures);
         }
         let runs = usize::from(self.runs);
@@ -28,7 +30,7 @@ impl flags::Bench {
         if wants(flags::BenchSet::Loop) {
             ctx.note(format!("the inner loop on target/bench/loop, {runs} runs"));
             figures.extend(
-                ctx.block_on(bench::inner_loop(&root, runs))?
+                ctx.block_on(bench::inner_loop(root, runs))?
                     .context("bench")?,
             );
         }

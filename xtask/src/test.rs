@@ -6,10 +6,14 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use xshell::{Shell, cmd};
 
-use crate::{Ctx, flags};
+use dev_env_cli::Ctx;
+
+use crate::flags;
 
 impl flags::Test {
-    pub(crate) fn run(self, sh: &Shell, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+        let sh = &Shell::new()?;
+        sh.change_dir(ctx.root());
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo"));
         if !self.no_lint {
             ctx.say("== cargo fmt --check");

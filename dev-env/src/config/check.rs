@@ -228,6 +228,7 @@ impl Check<'_> {
             service_subnet,
             disable,
             pod_start_grace,
+            sim_source: None,
         }
     }
 

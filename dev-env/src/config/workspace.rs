@@ -1,7 +1,8 @@
 //! The cargo workspace the builds come from: one `cargo metadata` per load,
 //! run only when a component builds a cargo binary or the cluster is
 //! `provider: sim`, confirms that every named package and binary exists, so
-//! a misspelt one is found before anything is created.
+//! a misspelt one is found before anything is created, and tells where the
+//! `kube-sim` sources of `provider: sim` are (`sim.rs`).
 
 use std::path::{Path, PathBuf};
 
@@ -10,20 +11,51 @@ use xshell::{Shell, cmd};
 
 use super::{Build, Config, Provider, check::Check};
 
-/// The package the sim provider builds its node image from.
-const SIM_PACKAGE: &str = "kube-sim";
+use super::sim::SimSource;
 
-/// The part of `cargo metadata --format-version 1 --no-deps` read here.
+/// The root of the cargo workspace that `dir` belongs to: the nearest
+/// directory at or above it whose `Cargo.toml` declares `[workspace]`, or
+/// else `dir` itself (a package that is its own workspace). A command run
+/// from a workspace's xtask passes the xtask's manifest directory.
+pub fn workspace_root(dir: &Path) -> PathBuf {
+    dir.ancestors()
+        .find(|d| {
+            std::fs::read_to_string(d.join("Cargo.toml"))
+                .is_ok_and(|text| declares_workspace(&text))
+        })
+        .unwrap_or(dir)
+        .to_path_buf()
+}
+
+/// Whether a `Cargo.toml` declares a `[workspace]` table.
+fn declares_workspace(manifest: &str) -> bool {
+    manifest.lines().any(|line| {
+        let line = line.trim();
+        line == "[workspace]" || line.starts_with("[workspace.")
+    })
+}
+
+/// The part of `cargo metadata --format-version 1` read here.
 #[derive(Debug, Deserialize)]
-struct Metadata {
-    workspace_root: PathBuf,
-    packages: Vec<Package>,
+pub(crate) struct Metadata {
+    pub(crate) workspace_root: PathBuf,
+    pub(crate) packages: Vec<Package>,
 }
 
 #[derive(Debug, Deserialize)]
-struct Package {
-    name: String,
+pub(crate) struct Package {
+    pub(crate) name: String,
+    pub(crate) manifest_path: PathBuf,
     targets: Vec<Target>,
+    #[serde(default)]
+    pub(super) dependencies: Vec<Dependency>,
+}
+
+/// A package's dependency as declared; `path` is set for path dependencies.
+#[derive(Debug, Deserialize)]
+pub(super) struct Dependency {
+    pub(super) name: String,
+    pub(super) path: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -33,7 +65,7 @@ struct Target {
 }
 
 impl Package {
-    fn binaries(&self) -> Vec<&str> {
+    pub(crate) fn binaries(&self) -> Vec<&str> {
         self.targets
             .iter()
             .filter(|t| t.kind.iter().any(|k| k == "bin"))
@@ -43,7 +75,7 @@ impl Package {
 }
 
 /// Why the workspace could not be read.
-enum Unreadable {
+pub(crate) enum Unreadable {
     /// No `Cargo.toml` in the directory or above it.
     NoWorkspace,
     /// cargo could not be run, or failed, or printed something else.
@@ -79,12 +111,27 @@ fn wanted(config: &Config) -> Vec<Wanted<'_>> {
     wanted
 }
 
+/// Which packages `cargo metadata` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Listing {
+    /// The workspace's members only (`--no-deps`): no resolution, offline.
+    Members,
+    /// Every package of the resolved graph on the image target, where git
+    /// dependencies show their checkout.
+    Resolved,
+}
+
 /// `cargo metadata` run in `dir` through `$CARGO` (or `cargo`).
-fn metadata(dir: &Path) -> Result<Metadata, Unreadable> {
+pub(crate) fn metadata(dir: &Path, listing: Listing) -> Result<Metadata, Unreadable> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo"));
     let sh = Shell::new().map_err(|e| Unreadable::Cargo(e.to_string()))?;
     sh.change_dir(dir);
-    let output = cmd!(sh, "{cargo} metadata --format-version 1 --no-deps")
+    let target = crate::image::cargo::TARGET;
+    let listing: &[&str] = match listing {
+        Listing::Members => &["--no-deps"],
+        Listing::Resolved => &["--filter-platform", target],
+    };
+    let output = cmd!(sh, "{cargo} metadata --format-version 1 {listing...}")
         .quiet()
         .ignore_status()
         .output()
@@ -106,46 +153,34 @@ fn metadata(dir: &Path) -> Result<Metadata, Unreadable> {
 }
 
 impl Check<'_> {
-    /// Confirms the packages and binaries that builds name, and the
-    /// `kube-sim` package of `provider: sim`, against the cargo workspace
-    /// that holds the file's directory.
-    pub(super) fn workspace(&mut self, config: &Config) {
+    /// Confirms the packages and binaries that builds name against the
+    /// cargo workspace that holds the file's directory, and for `provider:
+    /// sim` returns where the `kube-sim` sources are.
+    pub(super) fn workspace(&mut self, config: &Config) -> Option<PathBuf> {
         let wanted = wanted(config);
         let sim = config.cluster.provider == Provider::Sim;
         if wanted.is_empty() && !sim {
-            return;
+            return None;
         }
-        // The node image is built where `dev up` finds `kube-sim/`: the same
-        // rule, so the check and the build never disagree.
-        let sim_root = crate::lifecycle::sim_workspace(self.root);
-        if sim && sim_root.is_none() {
-            self.problem(
-                "cluster.provider",
-                format!(
-                    "`provider: sim` builds the node image from the `{SIM_PACKAGE}` package, and there is no `{SIM_PACKAGE}/Cargo.toml` in {} or above it",
-                    self.root.display()
-                ),
-                "keep this file inside a checkout that has `kube-sim/`, or use `provider: k3s`",
-            );
-        }
-        let metadata = match metadata(self.root) {
+        let metadata = match metadata(self.root, Listing::Members) {
             Ok(m) => m,
-            Err(unreadable) => return self.unreadable(&wanted, sim, &unreadable),
+            Err(unreadable) => {
+                self.unreadable(&wanted, sim, &unreadable);
+                return None;
+            }
         };
         for w in &wanted {
             self.binary(&metadata, w);
         }
-        let same_workspace = sim_root.is_some_and(|r| paths_equal(&r, &metadata.workspace_root));
-        if sim && same_workspace && !metadata.packages.iter().any(|p| p.name == SIM_PACKAGE) {
-            self.problem(
-                "cluster.provider",
-                format!(
-                    "`provider: sim` builds the node image from the `{SIM_PACKAGE}` package, and the cargo workspace at {} has none; it has: {}",
-                    metadata.workspace_root.display(),
-                    package_names(&metadata)
-                ),
-                format!("add `{SIM_PACKAGE}` to `[workspace] members`, or use `provider: k3s`"),
-            );
+        if !sim {
+            return None;
+        }
+        match SimSource::find(self.root, &metadata) {
+            Ok(source) => Some(source.root),
+            Err(problem) => {
+                self.problem("cluster.provider", problem.message, problem.fix);
+                None
+            }
         }
     }
 
@@ -167,9 +202,9 @@ impl Check<'_> {
                     self.problem(
                         "cluster.provider",
                         format!(
-                            "`provider: sim` builds the node image with cargo, and {root} is in no cargo workspace (no `Cargo.toml` there or above it)"
+                            "`provider: sim` builds the node image from the `kube-sim` package, found through the cargo workspace around this file, and {root} is in no cargo workspace (no `Cargo.toml` there or above it)"
                         ),
-                        "keep this file inside a checkout that has `kube-sim/`, or use `provider: k3s`",
+                        "keep this file inside the cargo workspace whose xtask uses dev-env, or use `provider: k3s`",
                     );
                 }
             }
@@ -231,19 +266,12 @@ impl Check<'_> {
     }
 }
 
-fn package_names(metadata: &Metadata) -> String {
+pub(super) fn package_names(metadata: &Metadata) -> String {
     let mut names: Vec<&str> = metadata.packages.iter().map(|p| p.name.as_str()).collect();
     names.sort_unstable();
     if names.is_empty() {
         String::from("no packages")
     } else {
         names.join(", ")
-    }
-}
-
-fn paths_equal(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
     }
 }

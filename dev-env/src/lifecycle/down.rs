@@ -42,6 +42,26 @@ pub struct DownReport {
     pub registry: bool,
     pub volume: bool,
     pub network: bool,
+    /// The state directory `.dev-env/<name>/` (`dev reset --purge`).
+    pub state: bool,
+}
+
+/// Removes the state directory; whether it held anything besides the
+/// lock file this run made.
+fn remove_state(dir: &std::path::Path) -> Result<bool, Error> {
+    let held = std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name() != std::ffi::OsStr::new(lock::LOCK_FILE))
+    });
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(held),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(Error::RemoveState {
+            dir: dir.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 /// Removes the node and the registry container, and what `options` adds.
@@ -73,6 +93,11 @@ pub async fn down(
     if options.network && plan::needs_network(config) {
         report.network = network::remove(&docker, &config.network.name).await?;
     }
+    // `dev reset --purge` leaves nothing behind: the state (kubeconfigs,
+    // the registry's port, the lock file) goes too.
+    if options == DownOptions::RESET_PURGE {
+        report.state = remove_state(&config.state_dir())?;
+    }
     Ok(report)
 }
 
@@ -83,6 +108,7 @@ impl std::fmt::Display for DownReport {
             (self.registry, "registry container"),
             (self.volume, "registry volume"),
             (self.network, "network"),
+            (self.state, "state"),
         ]
         .into_iter()
         .filter_map(|(done, what)| done.then_some(what))

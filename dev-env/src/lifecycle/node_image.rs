@@ -1,5 +1,5 @@
-//! The node image: present, built locally from the workspace's `kube-sim`
-//! package (`provider: sim`, labelled with the hash of its sources so an
+//! The node image: present, built locally from the `kube-sim` package
+//! wherever cargo has it (`provider: sim`, labelled with the hash of its sources so an
 //! unchanged simulator is never rebuilt), or pulled (k3s).
 
 use std::path::Path;
@@ -62,11 +62,13 @@ async fn ensure_sim_image(
     reporter: &dyn Reporter,
 ) -> Result<NodeImage, Error> {
     let image = &config.cluster.image;
-    let workspace = sim_workspace(&config.root).ok_or_else(|| Error::NodeImage {
+    // Located when the file was loaded: a member, a path or git dependency
+    // of the workspace, or a `kube-sim/` above the file.
+    let workspace = config.cluster.sim_source.clone().ok_or_else(|| Error::NodeImage {
         image: image.clone(),
         reason: format!(
-            "no `kube-sim/` package in {} or above it; the sim provider builds the node image from it",
-            config.root.display()
+            "no `kube-sim` package was found for {}; the sim provider builds the node image from its sources",
+            config.file.display()
         ),
     })?;
     let failed = |source: BuildError| Error::NodeImageBuild {
@@ -110,7 +112,8 @@ async fn ensure_sim_image(
 }
 
 /// The nearest directory at or above `root` that holds the `kube-sim`
-/// package.
+/// package: where the node image is built from when the workspace around
+/// the file knows no `kube-sim` package.
 pub fn sim_workspace(root: &Path) -> Option<std::path::PathBuf> {
     root.ancestors()
         .find(|dir| dir.join("kube-sim/Cargo.toml").is_file())

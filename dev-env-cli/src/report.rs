@@ -15,7 +15,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// How events are shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Style {
+pub enum Style {
     /// Bars on a terminal, plain lines otherwise.
     Human,
     /// One JSON object per event, on stderr.
@@ -27,7 +27,7 @@ pub(crate) enum Style {
 }
 
 /// The reporter of one command.
-pub(crate) struct Terminal {
+pub struct Terminal {
     style: Style,
     multi: Option<MultiProgress>,
     bars: Mutex<HashMap<String, ProgressBar>>,
@@ -42,7 +42,7 @@ pub(crate) struct Terminal {
 const PROGRESS_LINES_EVERY: Duration = Duration::from_secs(5);
 
 impl Terminal {
-    pub(crate) fn new(style: Style) -> Terminal {
+    pub fn new(style: Style) -> Terminal {
         let interactive = style == Style::Human && std::io::stderr().is_terminal();
         let multi =
             interactive.then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
@@ -57,7 +57,7 @@ impl Terminal {
     }
 
     /// Leaves the bars as they are on screen.
-    pub(crate) fn finish(&self) {
+    pub fn finish(&self) {
         let builds = self.builds.lock().expect("progress lock");
         for bar in self
             .bars

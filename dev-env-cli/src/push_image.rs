@@ -4,12 +4,11 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use dev_env::deliver::{self, PushFlags};
-use xshell::Shell;
 
 use crate::{Ctx, flags, summary::report};
 
 impl flags::PushImage {
-    pub(crate) fn run(self, _sh: &Shell, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let config = ctx.config()?;
         for name in &self.components {
             config.component(name)?;

@@ -7,7 +7,6 @@ use dev_env::{
     lifecycle::{self, UpOptions},
     logs,
 };
-use xshell::Shell;
 
 use crate::{Ctx, flags};
 
@@ -15,19 +14,20 @@ use crate::{Ctx, flags};
 const UP_TIMEOUT: Duration = Duration::from_secs(180);
 
 impl flags::Dev {
-    pub(crate) fn run(self, sh: &Shell, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    pub(crate) fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         match self.cmd {
-            flags::DevCmd::Up(cmd) => cmd.run(sh, ctx),
+            flags::DevCmd::Up(cmd) => cmd.run(ctx),
             flags::DevCmd::Down(cmd) => cmd.run(ctx),
             flags::DevCmd::Status(cmd) => cmd.run(ctx),
             flags::DevCmd::Reset(cmd) => cmd.run(ctx),
             flags::DevCmd::Logs(cmd) => cmd.run(ctx),
+            flags::DevCmd::Init(cmd) => cmd.run(ctx),
         }
     }
 }
 
 impl flags::Up {
-    fn run(self, _sh: &Shell, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+    fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
         let config = ctx.config()?;
         if self.dry_run {
             let plan = ctx
@@ -62,6 +62,18 @@ impl flags::Up {
                 started.elapsed().as_secs_f64(),
                 report.pruned_summary()
             ));
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+impl flags::Init {
+    fn run(self, ctx: &Ctx) -> anyhow::Result<ExitCode> {
+        let written = dev_env::init::init(ctx.root(), ctx.config_path()).context("dev init")?;
+        if self.json {
+            outln!("{}", serde_json::to_string_pretty(&written)?);
+        } else {
+            ctx.say(&written);
         }
         Ok(ExitCode::SUCCESS)
     }
