@@ -234,6 +234,7 @@ pub async fn push_component(
         Build::Cargo { package, bin } => {
             let build = cargo::CargoBuild {
                 root: &config.root,
+                target_dir: config.root.join(cargo::TARGET_DIR),
                 package,
                 bin,
                 profile: cargo::Profile::COMPONENT,
@@ -426,6 +427,7 @@ async fn stage_binary(
 ) -> Result<(String, PathBuf), Error> {
     let build = cargo::CargoBuild {
         root: staged.root,
+        target_dir: staged.root.join(cargo::TARGET_DIR),
         package: &binary.package,
         bin: &binary.bin,
         profile: cargo::Profile::COMPONENT,

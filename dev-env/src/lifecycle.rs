@@ -23,7 +23,10 @@ use bollard::Docker;
 pub use self::{
     down::{DownOptions, DownReport, down},
     dry_run::{DryRun, DryRunOptions, dry_run},
-    node_image::{BuildError, SIM_SOURCE_LABEL, build_sim_image, sim_source_hash, sim_workspace},
+    node_image::{
+        BuildError, SIM_SOURCE_LABEL, SIMULATOR_TARGET_DIR, SimBuild, build_sim_image,
+        sim_source_hash, sim_workspace,
+    },
 };
 use crate::{
     apply::{self, Applied},

@@ -100,6 +100,7 @@ async fn cargo_push_is_verified_recorded_and_incremental() {
 fn hello(project: &Project) -> image::cargo::CargoBuild<'_> {
     image::cargo::CargoBuild {
         root: project.root(),
+        target_dir: project.root().join(image::cargo::TARGET_DIR),
         package: "hello",
         bin: "hello",
         profile: image::cargo::Profile::COMPONENT,
@@ -126,6 +127,7 @@ fn two_clean_cargo_builds_give_byte_identical_manifests() {
     let elsewhere = Project::new("127.0.0.1:1");
     let third = image::cargo::build_image(&image::cargo::CargoBuild {
         root: elsewhere.root(),
+        target_dir: elsewhere.root().join(image::cargo::TARGET_DIR),
         ..build
     })
     .unwrap();

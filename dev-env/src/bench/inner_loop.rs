@@ -403,6 +403,7 @@ impl LoopProject {
     fn cargo_build(&self) -> cargo::CargoBuild<'_> {
         cargo::CargoBuild {
             root: &self.dir,
+            target_dir: self.dir.join(cargo::TARGET_DIR),
             package: "app",
             bin: "app",
             profile: cargo::Profile::COMPONENT,

@@ -81,7 +81,10 @@ pub struct CargoBuild<'a> {
     pub root: &'a Path,
     pub package: &'a str,
     pub bin: &'a str,
-    /// The target directory and what the build adds to `release`.
+    /// The target directory: [`TARGET_DIR`] under the workspace root for
+    /// components.
+    pub target_dir: PathBuf,
+    /// What the build changes of `release`.
     pub profile: Profile,
     /// Where cargo's output goes line by line as it comes (`--verbose`);
     /// `None` shows it only on failure.
@@ -92,12 +95,10 @@ pub struct CargoBuild<'a> {
     pub cancel: Option<Cancel>,
 }
 
-/// Where an image build puts its output, and what it changes of the
-/// workspace's `release` profile for this build only.
+/// What an image build changes of the workspace's `release` profile, for
+/// this build only.
 #[derive(Debug, Clone, Copy)]
 pub struct Profile {
-    /// The target directory, relative to the workspace root.
-    pub target_dir: &'static str,
     /// `cargo --config` values, such as `profile.release.opt-level=1`.
     pub config: &'static [&'static str],
 }
@@ -105,10 +106,7 @@ pub struct Profile {
 impl Profile {
     /// A component's build: the workspace's `release` profile as declared,
     /// so the image runs what production would.
-    pub const COMPONENT: Profile = Profile {
-        target_dir: TARGET_DIR,
-        config: &[],
-    };
+    pub const COMPONENT: Profile = Profile { config: &[] };
 }
 
 /// A flag that stops a running build when set.
@@ -135,8 +133,9 @@ pub async fn off_runtime<T: Send + 'static>(
     step: fn(&CargoBuild<'_>) -> Result<T, Error>,
     sinks: Sinks<'_>,
 ) -> Result<T, Error> {
-    let (root, package, bin, profile, cancel) = (
+    let (root, target_dir, package, bin, profile, cancel) = (
         build.root.to_path_buf(),
+        build.target_dir.clone(),
         build.package.to_string(),
         build.bin.to_string(),
         build.profile,
@@ -149,6 +148,7 @@ pub async fn off_runtime<T: Send + 'static>(
     let running = tokio::task::spawn_blocking(move || {
         step(&CargoBuild {
             root: &root,
+            target_dir,
             package: &package,
             bin: &bin,
             profile,
@@ -200,14 +200,14 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
     let sh = Shell::new().map_err(spawn)?;
     sh.change_dir(build.root);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo"));
-    let target_dir = build.root.join(build.profile.target_dir);
+    let target_dir = &build.target_dir;
     let (package, bin) = (build.package, build.bin);
     let config = build.profile.config.iter().flat_map(|c| ["--config", c]);
     let cmd = cmd!(
         sh,
         "{cargo} build --release -p {package} --bin {bin} --target {TARGET} {config...} --message-format json-render-diagnostics"
     )
-    .env("CARGO_TARGET_DIR", &target_dir)
+    .env("CARGO_TARGET_DIR", target_dir)
     .env("CARGO_ENCODED_RUSTFLAGS", rustflags(build.root))
     .env_remove("RUSTFLAGS");
     let limits = Limits {

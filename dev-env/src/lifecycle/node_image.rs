@@ -104,9 +104,13 @@ async fn ensure_sim_image(
         progress: Some(reporter),
         what: "the kube-sim node image",
     };
-    build_sim_image(docker, &workspace, image, &source, sinks)
-        .await
-        .map_err(failed)?;
+    let sim = SimBuild {
+        workspace: &workspace,
+        target_dir: config.root.join(SIMULATOR_TARGET_DIR),
+        image,
+        source: &source,
+    };
+    build_sim_image(docker, &sim, sinks).await.map_err(failed)?;
     reporter.report(&step(Step::Built));
     Ok(NodeImage::Built)
 }
@@ -169,7 +173,6 @@ pub fn sim_source_hash(root: &Path) -> std::io::Result<String> {
 /// the component builds beside it, in [`cargo_build::TARGET_DIR`], never
 /// wait for its lock.
 const SIMULATOR: cargo_build::Profile = cargo_build::Profile {
-    target_dir: "target/node-image",
     config: &[
         "profile.release.package.k8s-openapi.opt-level=0",
         "profile.release.package.k8s-pb.opt-level=0",
@@ -179,6 +182,11 @@ const SIMULATOR: cargo_build::Profile = cargo_build::Profile {
         "profile.release.package.antlr4rust.opt-level=1",
     ],
 };
+
+/// The simulator's target directory, under the root of the workspace whose
+/// `dev-env.yaml` asks for it (never in cargo's checkout of a git
+/// dependency, which may be read-only).
+pub const SIMULATOR_TARGET_DIR: &str = "target/node-image";
 
 /// Why the kube-sim node image could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -203,18 +211,31 @@ pub enum BuildError {
     Image(#[from] image::docker::Error),
 }
 
+/// What the node image is built from and where.
+#[derive(Debug, Clone)]
+pub struct SimBuild<'a> {
+    /// The workspace that holds the `kube-sim` package.
+    pub workspace: &'a Path,
+    /// The build's target directory.
+    pub target_dir: std::path::PathBuf,
+    /// The image's name.
+    pub image: &'a str,
+    /// The hash of kube-sim's sources, the image's label.
+    pub source: &'a str,
+}
+
 /// Builds the kube-sim node image: a static `kube-sim` binary in an empty
 /// image whose entrypoint takes k3s's `server` arguments, labelled with the
 /// hash of its sources.
 pub async fn build_sim_image(
     docker: &Docker,
-    root: &Path,
-    image: &str,
-    source: &str,
+    sim: &SimBuild<'_>,
     sinks: cargo_build::Sinks<'_>,
 ) -> Result<(), BuildError> {
+    let (image, source) = (sim.image, sim.source);
     let build = cargo_build::CargoBuild {
-        root,
+        root: sim.workspace,
+        target_dir: sim.target_dir.clone(),
         package: "kube-sim",
         bin: "kube-sim",
         profile: SIMULATOR,
