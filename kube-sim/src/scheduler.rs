@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use crate::controller::{Queue, follow, record_event};
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, Endpoint, ListOptions, Store, WatchEvent, WriteOptions};
+use crate::store::{self, Endpoint, ListOptions, SharedEvent, Store, WriteOptions};
 use resources::{Resources, pod_requests};
 
 /// The scheduler's name: pods asking for it (`spec.schedulerName`, the default) are its to bind.
@@ -83,17 +83,17 @@ pub async fn run(store: Store, config: Config, mut shutdown: watch::Receiver<boo
 }
 
 /// Whether a pod event can bind a pod or free a node's resources.
-fn may_change_a_verdict(e: &WatchEvent) -> bool {
+fn may_change_a_verdict(e: &SharedEvent) -> bool {
     match e {
-        WatchEvent::Deleted(_) => true,
-        WatchEvent::Added(p) | WatchEvent::Modified(p) => {
+        SharedEvent::Deleted(_) => true,
+        SharedEvent::Added(p) | SharedEvent::Modified(p) => {
             is_waiting(p)
                 || matches!(
                     meta::str_at(p, "/status/phase"),
                     Some("Succeeded" | "Failed")
                 )
         }
-        WatchEvent::Bookmark(_) | WatchEvent::Error(_) => false,
+        SharedEvent::Bookmark(_) | SharedEvent::Error(_) => false,
     }
 }
 

@@ -183,6 +183,16 @@ impl Watcher {
         }
     }
 
+    /// Takes the objects of the initial replay (none when starting from a version) off the front of the
+    /// stream, for a follower that compares them with what it knew. Call it before reading any event.
+    pub fn take_initial(&mut self) -> Vec<Arc<Value>> {
+        let n = self.initial.min(self.pending.len());
+        self.pending
+            .drain(..n)
+            .filter_map(|e| e.object().cloned())
+            .collect()
+    }
+
     /// How many `Added` events the initial replay produced (zero when starting from a version).
     pub fn initial_events(&self) -> usize {
         self.initial
