@@ -137,6 +137,12 @@ impl Store {
     }
 }
 
+/// How many events a watcher takes out of the history ahead of its consumer, like the watch cache's
+/// per-watcher buffer. The objects of taken events stay alive while they wait, so a slow consumer must
+/// not take them all: it reads the rest from the history, or is expired (410) once the history has moved
+/// past it.
+const BUFFERED: usize = 100;
+
 /// A running watch over one resource. Dropping it ends the watch.
 pub struct Watcher {
     store: Store,
@@ -213,6 +219,11 @@ impl Watcher {
         if let Some(history) = st.history.of(&self.resource) {
             let start = history.events.partition_point(|e| e.rv <= self.cursor);
             for e in history.events.iter().skip(start) {
+                if self.pending.len() >= BUFFERED {
+                    // The rest stays in the history; a consumer that falls behind its end is expired.
+                    self.cursor = e.rv - 1;
+                    return;
+                }
                 if self.namespace.as_ref().is_some_and(|n| *n != e.namespace) {
                     continue;
                 }
