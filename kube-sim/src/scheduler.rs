@@ -129,7 +129,11 @@ fn schedule_pending(store: &Store) -> Result<(), store::Error> {
                 .add(pod_requests(pod));
         }
     }
-    let mut waiting: Vec<&Value> = pods.iter().map(|p| &**p).filter(|p| is_waiting(p)).collect();
+    let mut waiting: Vec<&Value> = pods
+        .iter()
+        .map(|p| &**p)
+        .filter(|p| is_waiting(p))
+        .collect();
     waiting.sort_by_key(|p| {
         (
             -p.pointer("/spec/priority")
