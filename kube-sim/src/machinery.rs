@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use crate::meta;
 use crate::resource::{self, GroupResource};
 use crate::store::{
-    Endpoint, Error, ListOptions, Patch, PatchOptions, Store, WatchEvent, WriteOptions,
+    Endpoint, Error, ListOptions, Patch, PatchOptions, SharedEvent, Store, WriteOptions,
 };
 
 const MANAGER: &str = "kube-apiserver";
@@ -20,69 +20,64 @@ const MANAGER: &str = "kube-apiserver";
 /// A new or changed CRD first gets `NamesAccepted=True` (reason `NoConflicts`), then after `delay`
 /// `Established=True` (reason `InitialNamesAccepted`); only then does the resource answer requests.
 /// Deleting a CRD stops serving it and removes its objects.
-pub async fn run_crd_controller(
-    store: Store,
-    delay: Duration,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let crds = GroupResource::crds();
-    let Ok(mut watcher) = store.watch(&crds, None, Some(0), &ListOptions::default()) else {
-        tracing::error!("the CRD resource is missing; custom resources will not be served");
-        return;
-    };
+pub async fn run_crd_controller(store: Store, delay: Duration, shutdown: watch::Receiver<bool>) {
     let mut served: HashMap<String, (i64, GroupResource)> = HashMap::new();
-    loop {
-        let event = tokio::select! {
-            e = watcher.next() => e,
-            _ = shutdown.wait_for(|s| *s) => return,
-        };
-        let Some(event) = event else { return };
-        match event {
-            WatchEvent::Added(crd) | WatchEvent::Modified(crd) => {
-                let name = meta::name_of(&crd).to_string();
-                let generation = crd
-                    .pointer("/metadata/generation")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                let Some(info) = resource::from_crd(&crd) else {
-                    tracing::warn!(crd = %name, "CRD has no served versions; not serving it");
-                    continue;
-                };
-                if served.get(&name).is_some_and(|(g, _)| *g == generation) {
-                    continue;
-                }
-                let gr = info.group_resource();
-                if let Some((_, old_gr)) = served.get(&name)
-                    && *old_gr != gr
-                {
-                    store.unregister_custom(old_gr);
-                }
-                served.insert(name.clone(), (generation, gr));
-                let already = is_established(&crd);
-                let store = store.clone();
-                tokio::spawn(async move {
-                    if already {
-                        store.register_custom(info);
-                        return;
-                    }
-                    if let Err(e) = establish(&store, &name, info, delay).await {
-                        tracing::warn!(crd = %name, error = %e, "establishing the CRD failed");
-                    }
-                });
+    crate::controller::follow(
+        &store,
+        &GroupResource::crds(),
+        shutdown,
+        |event| match event {
+            SharedEvent::Added(crd) | SharedEvent::Modified(crd) => {
+                crd_changed(&store, &mut served, &crd, delay);
             }
-            WatchEvent::Deleted(crd) => {
-                let name = meta::name_of(&crd).to_string();
-                if let Some((_, gr)) = served.remove(&name) {
+            SharedEvent::Deleted(crd) => {
+                if let Some((_, gr)) = served.remove(meta::name_of(&crd)) {
                     store.unregister_custom(&gr);
                 }
             }
-            WatchEvent::Bookmark(_) => {}
-            WatchEvent::Error(status) => {
-                tracing::error!(%status, "the CRD watch failed");
-                return;
-            }
-        }
+            SharedEvent::Bookmark(_) | SharedEvent::Error(_) => {}
+        },
+    )
+    .await;
+}
+
+/// Serves a new CRD, or a new generation of one, once it is established.
+fn crd_changed(
+    store: &Store,
+    served: &mut HashMap<String, (i64, GroupResource)>,
+    crd: &Value,
+    delay: Duration,
+) {
+    let name = meta::name_of(crd).to_string();
+    let generation = crd
+        .pointer("/metadata/generation")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    let Some(info) = resource::from_crd(crd) else {
+        tracing::warn!(crd = %name, "CRD has no served versions; not serving it");
+        return;
+    };
+    if served.get(&name).is_some_and(|(g, _)| *g == generation) {
+        return;
     }
+    let gr = info.group_resource();
+    if let Some((_, old_gr)) = served.get(&name)
+        && *old_gr != gr
+    {
+        store.unregister_custom(old_gr);
+    }
+    served.insert(name.clone(), (generation, gr));
+    let already = is_established(crd);
+    let store = store.clone();
+    tokio::spawn(async move {
+        if already {
+            store.register_custom(info);
+            return;
+        }
+        if let Err(e) = establish(&store, &name, info, delay).await {
+            tracing::warn!(crd = %name, error = %e, "establishing the CRD failed");
+        }
+    });
 }
 
 fn is_established(crd: &Value) -> bool {

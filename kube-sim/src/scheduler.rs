@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use crate::controller::{Queue, follow, record_event};
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, Endpoint, ListOptions, Store, WatchEvent, WriteOptions};
+use crate::store::{self, Endpoint, SharedEvent, Store, WriteOptions};
 use resources::{Resources, pod_requests};
 
 /// The scheduler's name: pods asking for it (`spec.schedulerName`, the default) are its to bind.
@@ -83,17 +83,17 @@ pub async fn run(store: Store, config: Config, mut shutdown: watch::Receiver<boo
 }
 
 /// Whether a pod event can bind a pod or free a node's resources.
-fn may_change_a_verdict(e: &WatchEvent) -> bool {
+fn may_change_a_verdict(e: &SharedEvent) -> bool {
     match e {
-        WatchEvent::Deleted(_) => true,
-        WatchEvent::Added(p) | WatchEvent::Modified(p) => {
+        SharedEvent::Deleted(_) => true,
+        SharedEvent::Added(p) | SharedEvent::Modified(p) => {
             is_waiting(p)
                 || matches!(
                     meta::str_at(p, "/status/phase"),
                     Some("Succeeded" | "Failed")
                 )
         }
-        WatchEvent::Bookmark(_) | WatchEvent::Error(_) => false,
+        SharedEvent::Bookmark(_) | SharedEvent::Error(_) => false,
     }
 }
 
@@ -114,21 +114,13 @@ fn holds_resources(pod: &Value) -> bool {
 
 /// One pass over every waiting pod.
 fn schedule_pending(store: &Store) -> Result<(), store::Error> {
-    // Most passes (a bound pod gone) find no pod waiting: look for one before reading everything.
-    let unbound = ListOptions {
-        field_selector: Some("spec.nodeName=".to_string()),
-        ..ListOptions::default()
-    };
-    let unbound = store.list(&GroupResource::pods(), None, &unbound)?.items;
-    if !unbound.iter().any(is_waiting) {
+    // The stored objects, shared: a pass reads every pod, and copying them all for each pass of a
+    // rollout cost more than the pass. Most passes (a bound pod gone) find no pod waiting.
+    let pods = store.snapshot(&GroupResource::pods(), None);
+    if !pods.iter().any(|p| is_waiting(p)) {
         return Ok(());
     }
-    let nodes = store
-        .list(&GroupResource::nodes(), None, &ListOptions::default())?
-        .items;
-    let pods = store
-        .list(&GroupResource::pods(), None, &ListOptions::default())?
-        .items;
+    let nodes = store.snapshot(&GroupResource::nodes(), None);
     let mut used: HashMap<String, Resources> = HashMap::new();
     for pod in pods.iter().filter(|p| holds_resources(p)) {
         if let Some(node) = meta::str_at(pod, "/spec/nodeName").filter(|n| !n.is_empty()) {
@@ -137,7 +129,11 @@ fn schedule_pending(store: &Store) -> Result<(), store::Error> {
                 .add(pod_requests(pod));
         }
     }
-    let mut waiting: Vec<&Value> = pods.iter().filter(|p| is_waiting(p)).collect();
+    let mut waiting: Vec<&Value> = pods
+        .iter()
+        .map(|p| &**p)
+        .filter(|p| is_waiting(p))
+        .collect();
     waiting.sort_by_key(|p| {
         (
             -p.pointer("/spec/priority")

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 use super::{Config, Error, Feed, Key, Queue, int_at};
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, ListOptions, Store, WatchEvent};
+use crate::store::{self, ListOptions, SharedEvent, Store};
 
 mod progress;
 mod recreate;
@@ -103,7 +103,7 @@ pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) 
             };
             if let Some(owner) = super::controller_of(rs, "Deployment") {
                 queue.add_after(Key::owner(rs, owner), delay);
-            } else if !matches!(e, WatchEvent::Deleted(_)) {
+            } else if !matches!(e, SharedEvent::Deleted(_)) {
                 for key in super::selecting_owners(&store, &GroupResource::deployments(), rs) {
                     queue.add_after(key, delay);
                 }
@@ -112,7 +112,7 @@ pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) 
     };
     // Recreate waits for old pods to be gone, so their deletion concerns the Deployment.
     let pod_events = feed.clone().follow(GroupResource::pods(), move |e| {
-        let WatchEvent::Deleted(pod) = e else {
+        let SharedEvent::Deleted(pod) = e else {
             return None;
         };
         let rs_ref = super::controller_of(pod, "ReplicaSet")?;

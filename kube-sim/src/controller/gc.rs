@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use super::{Config, Error, MANAGER, Queue};
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, DeleteOptions, Endpoint, ListOptions, Store, WatchEvent, WriteOptions};
+use crate::store::{self, DeleteOptions, Endpoint, SharedEvent, Store, WriteOptions};
 
 /// How often the set of served resources is checked for new custom resources.
 const DISCOVERY_INTERVAL: Duration = Duration::from_millis(500);
@@ -43,11 +43,8 @@ struct ObjKey {
     name: String,
 }
 
-enum Input {
-    Event(GroupResource, WatchEvent),
-    /// The watch of a resource restarted; objects it knew may be gone.
-    Resync(GroupResource),
-}
+/// An event of a followed resource.
+struct Input(GroupResource, SharedEvent);
 
 /// Runs the garbage collector until `shutdown` flips.
 pub async fn run(store: Store, config: Config, mut shutdown: watch::Receiver<bool>) {
@@ -63,8 +60,8 @@ pub async fn run(store: Store, config: Config, mut shutdown: watch::Receiver<boo
             _ = shutdown.wait_for(|s| *s) => break,
             _ = tick.tick() => discover(&store, &tx, &mut watched, &watch_shutdown),
             Some(input) = rx.recv() => {
-                let crd_changed = matches!(&input, Input::Event(gr, _) if *gr == GroupResource::crds());
-                index.apply(&store, input, &Queues { collect: &queue, waiting: &waiting }, config.gc_delay);
+                let crd_changed = input.0 == GroupResource::crds();
+                index.apply(input, &Queues { collect: &queue, waiting: &waiting }, config.gc_delay);
                 if crd_changed {
                     discover(&store, &tx, &mut watched, &watch_shutdown);
                 }
@@ -134,37 +131,20 @@ fn discover(
     }
 }
 
+/// Follows one resource into the collector's inbox; an expired watch is listed again, and what vanished
+/// meanwhile arrives as `Deleted` (see [`super::follow`]).
 async fn watch_resource(
     store: Store,
     gr: GroupResource,
     tx: mpsc::UnboundedSender<Input>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) {
-    let mut first = true;
-    loop {
-        let Ok(mut watcher) = store.watch(&gr, None, None, &ListOptions::default()) else {
-            return;
-        };
-        if !first && tx.send(Input::Resync(gr.clone())).is_err() {
-            return;
+    super::follow(&store, &gr.clone(), shutdown, |e| {
+        if !matches!(e, SharedEvent::Bookmark(_)) {
+            let _ = tx.send(Input(gr.clone(), e));
         }
-        first = false;
-        loop {
-            let event = tokio::select! {
-                e = watcher.next() => e,
-                _ = shutdown.wait_for(|s| *s) => return,
-            };
-            match event {
-                Some(WatchEvent::Error(_)) | None => break,
-                Some(WatchEvent::Bookmark(_)) => {}
-                Some(e) => {
-                    if tx.send(Input::Event(gr.clone(), e)).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    }
+    })
+    .await;
 }
 
 /// A reference to an owner.
@@ -186,10 +166,10 @@ struct Index {
 }
 
 impl Index {
-    fn apply(&mut self, store: &Store, input: Input, queues: &Queues<'_>, delay: Duration) {
+    fn apply(&mut self, input: Input, queues: &Queues<'_>, delay: Duration) {
         let queue = queues.collect;
         match input {
-            Input::Event(gr, WatchEvent::Added(obj) | WatchEvent::Modified(obj)) => {
+            Input(gr, SharedEvent::Added(obj) | SharedEvent::Modified(obj)) => {
                 self.note_waiting(&gr, &obj, queues.waiting, delay);
                 let key = obj_key(&gr, &obj);
                 let uid = meta::str_at(&obj, "/metadata/uid")
@@ -226,7 +206,7 @@ impl Index {
                 self.objects.insert(key.clone(), (uid, owners));
                 queue.add_after(key, delay);
             }
-            Input::Event(gr, WatchEvent::Deleted(obj)) => {
+            Input(gr, SharedEvent::Deleted(obj)) => {
                 self.wake_owners(&obj, queues.waiting, delay);
                 let key = obj_key(&gr, &obj);
                 let uid = meta::str_at(&obj, "/metadata/uid")
@@ -237,25 +217,7 @@ impl Index {
                 }
                 self.gone(&key, &uid, queue, delay);
             }
-            Input::Event(_, WatchEvent::Bookmark(_) | WatchEvent::Error(_)) => {}
-            Input::Resync(gr) => {
-                let known: Vec<(ObjKey, String)> = self
-                    .uids
-                    .iter()
-                    .filter(|(k, _)| k.resource == gr)
-                    .map(|(k, u)| (k.clone(), u.clone()))
-                    .collect();
-                for (key, uid) in known {
-                    let ns = (!key.namespace.is_empty()).then_some(key.namespace.as_str());
-                    let alive = store
-                        .get(&key.resource, ns, &key.name)
-                        .is_ok_and(|o| meta::str_at(&o, "/metadata/uid") == Some(uid.as_str()));
-                    if !alive {
-                        self.uids.remove(&key);
-                        self.gone(&key, &uid, queue, delay);
-                    }
-                }
-            }
+            Input(_, SharedEvent::Bookmark(_) | SharedEvent::Error(_)) => {}
         }
     }
 

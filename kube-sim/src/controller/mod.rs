@@ -9,6 +9,7 @@
 //! [`run`] starts all three and returns when the shutdown signal flips.
 
 pub mod deployment;
+mod follow;
 pub mod gc;
 pub mod hash;
 mod ownership;
@@ -22,8 +23,9 @@ use tokio::sync::watch;
 
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, ListOptions, Store, WatchEvent};
+use crate::store::{self, ListOptions, SharedEvent, Store};
 
+pub(crate) use follow::follow;
 pub(crate) use queue::Queue;
 
 /// The field manager of controller writes, as on a k3s server.
@@ -75,48 +77,9 @@ pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) 
     );
 }
 
-/// Follows a resource's watch from the current state on, calling `f` for every event. After a 410 the
-/// watch restarts from a fresh replay, whose `Added` events let level-triggered handlers catch up.
-pub(crate) async fn follow(
-    store: &Store,
-    gr: &GroupResource,
-    mut shutdown: watch::Receiver<bool>,
-    mut f: impl FnMut(WatchEvent),
-) {
-    loop {
-        let mut watcher = match store.watch(gr, None, None, &ListOptions::default()) {
-            Ok(w) => w,
-            Err(e) => {
-                tracing::error!(resource = %gr, error = %e, "cannot watch; the controller stops");
-                return;
-            }
-        };
-        loop {
-            let event = tokio::select! {
-                e = watcher.next() => e,
-                _ = shutdown.wait_for(|s| *s) => return,
-            };
-            match event {
-                Some(WatchEvent::Error(status)) => {
-                    tracing::debug!(resource = %gr, ?status, "watch expired; replaying");
-                    break;
-                }
-                Some(e) => f(e),
-                None => break,
-            }
-        }
-        if *shutdown.borrow() {
-            return;
-        }
-    }
-}
-
 /// The object of a watch event, if it carries one.
-pub(crate) fn event_object(e: &WatchEvent) -> Option<&Value> {
-    match e {
-        WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o) => Some(o),
-        WatchEvent::Bookmark(_) | WatchEvent::Error(_) => None,
-    }
+pub(crate) fn event_object(e: &SharedEvent) -> Option<&Value> {
+    e.object().map(|o| &**o)
 }
 
 /// What a controller's watches and its worker share: the store, the queue of keys to sync, the delay
@@ -134,7 +97,7 @@ impl Feed {
     pub(crate) async fn follow(
         self,
         gr: GroupResource,
-        key_of: impl Fn(&WatchEvent) -> Option<Key>,
+        key_of: impl Fn(&SharedEvent) -> Option<Key>,
     ) {
         let Feed {
             store,

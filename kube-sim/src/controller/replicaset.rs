@@ -72,7 +72,7 @@ pub async fn run(store: Store, config: Config, shutdown: watch::Receiver<bool>) 
             let Some(pod) = super::event_object(&e) else {
                 return;
             };
-            let deleted = matches!(e, store::WatchEvent::Deleted(_));
+            let deleted = matches!(e, store::SharedEvent::Deleted(_));
             if let Some(owner) = super::controller_of(pod, "ReplicaSet") {
                 let key = Key::owner(pod, owner);
                 if !deleted {

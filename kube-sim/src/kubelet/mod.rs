@@ -45,7 +45,7 @@ use tokio::time::Instant;
 use crate::controller::follow;
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, Store, WatchEvent};
+use crate::store::{self, SharedEvent, Store};
 
 pub use logs::Logs;
 pub use node::NodeIdentity;
@@ -198,11 +198,11 @@ pub async fn run_with<R: ContainerRuntime>(
         next_ip: AtomicU32::new(2),
         pulls: tokio::sync::Mutex::new(()),
     });
-    let mut workers: HashMap<String, (watch::Sender<Value>, JoinHandle<()>)> = HashMap::new();
+    let mut workers: HashMap<String, (watch::Sender<Arc<Value>>, JoinHandle<()>)> = HashMap::new();
     follow(&store, &GroupResource::pods(), shutdown, |e| {
         let (pod, deleted) = match &e {
-            WatchEvent::Added(p) | WatchEvent::Modified(p) => (p, false),
-            WatchEvent::Deleted(p) => (p, true),
+            SharedEvent::Added(p) | SharedEvent::Modified(p) => (p, false),
+            SharedEvent::Deleted(p) => (p, true),
             _ => return,
         };
         let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string();

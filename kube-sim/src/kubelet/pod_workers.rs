@@ -20,7 +20,7 @@ use crate::store::{self, DeleteOptions};
 
 pub(super) async fn pod_worker<R: ContainerRuntime>(
     k: Arc<Kubelet<R>>,
-    mut rx: watch::Receiver<Value>,
+    mut rx: watch::Receiver<Arc<Value>>,
 ) {
     rx.borrow_and_update();
     tokio::select! {
@@ -121,7 +121,7 @@ fn new_run<R: ContainerRuntime>(k: &Kubelet<R>, pod: &Value) -> PodRun {
     }
 }
 
-pub(super) async fn wait_for_deletion(rx: &mut watch::Receiver<Value>) {
+pub(super) async fn wait_for_deletion(rx: &mut watch::Receiver<Arc<Value>>) {
     loop {
         if rx.borrow().pointer("/metadata/deletionTimestamp").is_some() {
             return;

@@ -13,7 +13,10 @@ const DIGEST: &str = "sha256:111111111111111111111111111111111111111111111111111
 const DEADLINE: Duration = Duration::from_secs(10);
 
 /// Images named `missing…` fail to pull; `crash…` images carry the crash label; others resolve to DIGEST.
-struct FakeRuntime;
+/// The containers it stopped are kept in `stopped`.
+struct FakeRuntime {
+    stopped: Arc<std::sync::Mutex<Vec<String>>>,
+}
 
 impl ContainerRuntime for FakeRuntime {
     async fn pull(&self, image: &Reference) -> Result<PulledImage, PullError> {
@@ -62,12 +65,15 @@ impl ContainerRuntime for FakeRuntime {
         std::future::pending().await
     }
 
-    async fn stop(&self, _container_id: &str) {}
+    async fn stop(&self, container_id: &str) {
+        self.stopped.lock().unwrap().push(container_id.to_string());
+    }
 }
 
 struct Harness {
     store: Store,
     shutdown: watch::Sender<bool>,
+    stopped: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Harness {
@@ -81,8 +87,16 @@ impl Harness {
             crate::scheduler::Config::fast(),
             rx.clone(),
         ));
-        tokio::spawn(run_with(store.clone(), config, FakeRuntime, rx));
-        Harness { store, shutdown }
+        let stopped = Arc::default();
+        let runtime = FakeRuntime {
+            stopped: Arc::clone(&stopped),
+        };
+        tokio::spawn(run_with(store.clone(), config, runtime, rx));
+        Harness {
+            store,
+            shutdown,
+            stopped,
+        }
     }
 
     fn create_pod(&self, name: &str, spec: Value) {
@@ -111,7 +125,7 @@ impl Harness {
         let mut seen = Vec::new();
         let result = tokio::time::timeout(DEADLINE, async {
             while let Some(e) = w.next().await {
-                if let WatchEvent::Added(p) | WatchEvent::Modified(p) = e {
+                if let store::WatchEvent::Added(p) | store::WatchEvent::Modified(p) = e {
                     let finished = done(&p);
                     seen.push(p);
                     if finished {
@@ -429,6 +443,40 @@ async fn pods_the_scheduler_binds_to_the_node_run() {
         .get(&GroupResource::nodes(), None, "node-1")
         .unwrap();
     assert_eq!(condition(&node, "Ready")["status"], "True");
+}
+
+/// A pod removed while the kubelet's watch was expired (here by a compaction before the kubelet saw the
+/// removal) is found missing when the kubelet lists pods again: its worker stops its container.
+#[tokio::test]
+async fn a_pod_removed_while_the_watch_was_expired_has_its_container_stopped() {
+    let h = Harness::start();
+    h.create_pod("gone", bound("nginx:1"));
+    let seen = h
+        .history_until("gone", |p| condition(p, "Ready")["status"] == "True")
+        .await;
+    let id = container(seen.last().unwrap())["containerID"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let now = DeleteOptions {
+        grace_period_seconds: Some(0),
+        ..DeleteOptions::default()
+    };
+    // No await between the two: the kubelet's watch never delivers the deletion.
+    h.store
+        .delete(&GroupResource::pods(), Some("default"), "gone", &now)
+        .unwrap();
+    h.store.compact();
+    let stopped = tokio::time::timeout(DEADLINE, async {
+        while !h.stopped.lock().unwrap().contains(&id) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(
+        stopped.is_ok(),
+        "container {id} of the removed pod was not stopped"
+    );
 }
 
 #[test]

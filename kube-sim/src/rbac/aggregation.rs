@@ -12,7 +12,7 @@ use super::GROUP;
 use super::authorizer::selector_matches;
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{Patch, PatchOptions, Store, WatchEvent};
+use crate::store::{Patch, PatchOptions, SharedEvent, Store};
 
 /// The field manager of the rules it writes.
 const MANAGER: &str = "clusterrole-aggregation-controller";
@@ -94,7 +94,7 @@ pub fn aggregate(store: &Store) -> usize {
 /// the controllers' are.
 pub async fn run(store: Store, shutdown: watch::Receiver<bool>) {
     crate::controller::follow(&store, &cluster_roles(), shutdown, |event| {
-        if !matches!(event, WatchEvent::Bookmark(_)) {
+        if !matches!(event, SharedEvent::Bookmark(_)) {
             aggregate(&store);
         }
     })

@@ -365,3 +365,36 @@ async fn a_watcher_busy_with_a_burst_keeps_up_with_the_history() {
     }
     assert_eq!(names, (1..=8).map(|i| format!("c{i}")).collect::<Vec<_>>());
 }
+
+/// A watcher takes at most a buffer's worth of events ahead of its consumer; a consumer that falls
+/// behind the history is expired rather than kept alive with every version it has yet to read.
+#[tokio::test]
+async fn a_slow_watcher_is_expired_instead_of_buffering_the_history() {
+    let s = Store::new(StoreConfig { history: 150 });
+    let cms = GroupResource::new("", "configmaps");
+    let cm = |i: usize| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("c{i}")}});
+    let from = s.current_resource_version();
+    let mut w = s
+        .watch(&cms, NS, Some(from), &ListOptions::default())
+        .unwrap();
+    for i in 0..120 {
+        create(&s, &cms, cm(i)).unwrap();
+    }
+    assert!(matches!(w.next().await, Some(WatchEvent::Added(_))));
+    // The history moves 300 events on while the consumer still reads what its watcher took.
+    for i in 120..420 {
+        create(&s, &cms, cm(i)).unwrap();
+    }
+    let mut read = 1;
+    loop {
+        match w.next().await {
+            Some(WatchEvent::Added(_)) => read += 1,
+            Some(WatchEvent::Error(status)) => {
+                assert_eq!(status["code"], 410);
+                break;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(read < 420, "the watcher buffered {read} events");
+}

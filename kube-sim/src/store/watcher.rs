@@ -137,6 +137,12 @@ impl Store {
     }
 }
 
+/// How many events a watcher takes out of the history ahead of its consumer, like the watch cache's
+/// per-watcher buffer. The objects of taken events stay alive while they wait, so a slow consumer must
+/// not take them all: it reads the rest from the history, or is expired (410) once the history has moved
+/// past it.
+const BUFFERED: usize = 100;
+
 /// A running watch over one resource. Dropping it ends the watch.
 pub struct Watcher {
     store: Store,
@@ -183,6 +189,16 @@ impl Watcher {
         }
     }
 
+    /// Takes the objects of the initial replay (none when starting from a version) off the front of the
+    /// stream, for a follower that compares them with what it knew. Call it before reading any event.
+    pub fn take_initial(&mut self) -> Vec<Arc<Value>> {
+        let n = self.initial.min(self.pending.len());
+        self.pending
+            .drain(..n)
+            .filter_map(|e| e.object().cloned())
+            .collect()
+    }
+
     /// How many `Added` events the initial replay produced (zero when starting from a version).
     pub fn initial_events(&self) -> usize {
         self.initial
@@ -203,6 +219,11 @@ impl Watcher {
         if let Some(history) = st.history.of(&self.resource) {
             let start = history.events.partition_point(|e| e.rv <= self.cursor);
             for e in history.events.iter().skip(start) {
+                if self.pending.len() >= BUFFERED {
+                    // The rest stays in the history; a consumer that falls behind its end is expired.
+                    self.cursor = e.rv - 1;
+                    return;
+                }
                 if self.namespace.as_ref().is_some_and(|n| *n != e.namespace) {
                     continue;
                 }

@@ -1,11 +1,12 @@
 //! The controllers' ownership rules through real clients: ReplicaSets adopt matching orphan pods and
 //! release pods whose labels stop matching, Deployments do the same for ReplicaSets, and foreground
-//! deletion keeps an owner until its blocking dependents are gone.
+//! deletion keeps an owner until its blocking dependents are gone; an owner removed while the garbage
+//! collector's watch was expired still has its dependents collected.
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use serde_json::{Value, json};
@@ -333,4 +334,49 @@ async fn kubectl_cascade_foreground_returns_once_the_replica_sets_and_pods_are_g
         left_pods.len()
     );
     sim.shutdown().await;
+}
+
+/// An owner removed while the garbage collector's watch was expired (a compaction before it saw the
+/// removal) is found missing when the collector lists again, and its dependent is collected.
+#[tokio::test]
+async fn a_dependent_of_an_owner_removed_while_the_watch_was_expired_is_collected() {
+    let sim = start().await;
+    let client = sim.client().await.unwrap();
+    let maps: Api<ConfigMap> = Api::namespaced(client, "default");
+    let owner: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "owner", "namespace": "default"}}))
+            .unwrap();
+    let owner = maps.create(&PostParams::default(), &owner).await.unwrap();
+    let dependent: ConfigMap = serde_json::from_value(json!({"metadata": {
+        "name": "dependent", "namespace": "default",
+        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+            "uid": owner.metadata.uid.clone().unwrap()}]}}))
+    .unwrap();
+    maps.create(&PostParams::default(), &dependent)
+        .await
+        .unwrap();
+    // The collector has no API to ask; its watch delivers both objects well within this.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // No await between the two: the collector's watch never delivers the removal.
+    let removed = sim.store().delete(
+        &kube_sim::resource::GroupResource::new("", "configmaps"),
+        Some("default"),
+        "owner",
+        &kube_sim::store::DeleteOptions::default(),
+    );
+    assert!(removed.is_ok(), "{removed:?}");
+    sim.store().compact();
+
+    eventually("the dependent is collected", || {
+        let maps = maps.clone();
+        async move {
+            maps.get_opt("dependent")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        }
+    })
+    .await;
 }
