@@ -84,3 +84,14 @@ mod tests {
         assert_eq!(super::error_chain(&Layer("alone", None)), "alone");
     }
 }
+
+/// Installs ring as rustls's process-wide crypto provider, once: kube and
+/// the registry client both use rustls, and rustls refuses to choose when
+/// no provider, or more than one, is installed.
+pub fn install_crypto_provider() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // Someone else installed one first: theirs is the process's.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
