@@ -236,17 +236,18 @@ impl Client {
         self.credential.as_ref()
     }
 
-    /// Whether the registry answers over HTTP at all (`GET /v2/_catalog`;
-    /// any answer counts, a refusal included): whether a push can start.
+    /// Whether the registry answers over HTTP at all (`HEAD` of a blob no
+    /// one has; any answer counts, a refusal included): whether a push can
+    /// start.
     pub async fn ping(&self) -> Result<(), Error> {
-        let reference = self.reference("ping", None)?;
-        let listed = self
-            .oci
-            .catalog(&reference, &RegistryAuth::Anonymous, Some(1), None);
-        match tokio::time::timeout(SMALL_REQUEST, listed).await {
+        let reference = self.reference("dev-env/ping", None)?;
+        let nothing = format!("sha256:{}", "0".repeat(64));
+        self.authorise(&reference).await;
+        let asked = self.oci.blob_exists(&reference, &nothing);
+        match tokio::time::timeout(SMALL_REQUEST, asked).await {
             Err(_) => Err(self.timeout(SMALL_REQUEST)),
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => match self.error("GET /v2/_catalog", e) {
+            Ok(Err(e)) => match self.error("HEAD /v2/dev-env/ping/blobs/…", e) {
                 e @ (Error::Unreachable { .. } | Error::Untrusted { .. }) => Err(e),
                 _ => Ok(()),
             },
@@ -353,7 +354,7 @@ impl Client {
         self.authorise(&target).await;
         let pulled = self.oci.pull_manifest_raw(
             &target,
-            &RegistryAuth::Anonymous,
+            self.auth.as_ref().unwrap_or(&RegistryAuth::Anonymous),
             &[OCI_MANIFEST, DOCKER_MANIFEST],
         );
         let pulled = tokio::time::timeout(SMALL_REQUEST, pulled).await;
