@@ -27,7 +27,7 @@ pub enum Error {
     #[error(transparent)]
     Registry(#[from] registry::Error),
     #[error(transparent)]
-    RegistryClient(#[from] crate::image::distribution::Error),
+    RegistryClient(#[from] Box<crate::image::distribution::Error>),
     #[error(transparent)]
     State(#[from] crate::state::Error),
     #[error(transparent)]
@@ -218,7 +218,7 @@ async fn push_until(
     }
     let _lock = lock::environment(config, reporter).await?;
     let state = State::load(&config.state_dir())?;
-    let registry = registry::client(config, &registry::host(config, &state)?)?;
+    let registry = registry::client(config, &registry::host(config, &state)?).map_err(Box::new)?;
     for name in components {
         tell(reporter, name, Phase::Push, "building");
     }

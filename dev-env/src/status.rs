@@ -325,13 +325,12 @@ async fn component_status(
     };
     if let (Some(image), Some(host)) = (pushed, &registry.host)
         && registry.reachable
+        && let Ok(client) = crate::registry::client(config, host)
     {
-        if let Ok(client) = crate::registry::client(config, host) {
-            status.in_registry = client
-                .manifest_exists(&image.repository, &image.digest)
-                .await
-                .ok();
-        }
+        status.in_registry = client
+            .manifest_exists(&image.repository, &image.digest)
+            .await
+            .ok();
     }
     match client {
         Some(client) => {
