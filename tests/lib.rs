@@ -87,6 +87,15 @@ pub fn repo_root() -> PathBuf {
 /// Where Debian's `docker-registry` package installs the distribution registry.
 pub const DISTRIBUTION_BINARY: &str = "/usr/bin/docker-registry";
 
+/// YAML added to a test registry's configuration.
+#[derive(Debug, Default)]
+pub struct RegistrySettings {
+    /// Lines under `http:`, indented by two spaces (`  tls: …`).
+    pub http: String,
+    /// Top-level sections (`auth: …`).
+    pub top: String,
+}
+
 /// A distribution registry (`docker-registry serve`) on a free loopback
 /// port, storing into a temporary directory. Killed and deleted on drop.
 pub struct DistributionRegistry {
@@ -99,6 +108,11 @@ impl DistributionRegistry {
     /// Starts a registry and waits until it accepts connections. Panics with
     /// the fix when the binary is missing: tests that need it must fail.
     pub fn start() -> DistributionRegistry {
+        DistributionRegistry::start_with(&RegistrySettings::default())
+    }
+
+    /// [`DistributionRegistry::start`] with `settings` in its configuration.
+    pub fn start_with(settings: &RegistrySettings) -> DistributionRegistry {
         assert!(
             Path::new(DISTRIBUTION_BINARY).exists(),
             "{DISTRIBUTION_BINARY} is missing; install it with `apt-get install -y docker-registry`"
@@ -106,7 +120,7 @@ impl DistributionRegistry {
         let mut last = String::new();
         // A free port can be taken between picking and binding: try again.
         for _ in 0..5 {
-            match DistributionRegistry::try_start() {
+            match DistributionRegistry::try_start(settings) {
                 Ok(registry) => return registry,
                 Err(e) => last = e,
             }
@@ -114,7 +128,7 @@ impl DistributionRegistry {
         panic!("the distribution registry did not start: {last}");
     }
 
-    fn try_start() -> Result<DistributionRegistry, String> {
+    fn try_start(settings: &RegistrySettings) -> Result<DistributionRegistry, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let port = free_port();
         let config = dir.path().join("config.yml");
@@ -122,8 +136,10 @@ impl DistributionRegistry {
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
-                data.display()
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{}{}",
+                data.display(),
+                settings.http,
+                settings.top,
             ),
         )
         .map_err(|e| e.to_string())?;

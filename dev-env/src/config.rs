@@ -126,6 +126,11 @@ pub struct Registry {
     pub external: Option<String>,
     /// The `host:port` pods pull from.
     pub cluster_host: String,
+    /// A PEM CA certificate that signed the external registry's
+    /// certificate, trusted besides the system's roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Plain HTTP to the external registry, whatever its host.
+    pub insecure: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::{
     apply,
     config::{Config, Provider, RolloutKind},
-    image::{self, PushOptions, Pushed, cargo::Cancel, distribution},
+    image::{self, PushOptions, Pushed, cargo::Cancel},
     kubeconfig, lock, manifest, registry,
     report::{Event, Phase, Reporter},
     rollout,
@@ -26,6 +26,8 @@ use crate::{
 pub enum Error {
     #[error(transparent)]
     Registry(#[from] registry::Error),
+    #[error(transparent)]
+    RegistryClient(#[from] Box<crate::image::distribution::Error>),
     #[error(transparent)]
     State(#[from] crate::state::Error),
     #[error(transparent)]
@@ -216,7 +218,7 @@ async fn push_until(
     }
     let _lock = lock::environment(config, reporter).await?;
     let state = State::load(&config.state_dir())?;
-    let registry = distribution::Client::new(&registry::host(config, &state)?);
+    let registry = registry::client(config, &registry::host(config, &state)?).map_err(Box::new)?;
     for name in components {
         tell(reporter, name, Phase::Push, "building");
     }

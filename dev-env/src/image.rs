@@ -13,6 +13,7 @@
 
 pub mod cargo;
 pub mod context;
+pub mod credentials;
 pub mod distribution;
 pub mod docker;
 pub mod oci;
@@ -409,7 +410,8 @@ async fn push_docker(
     docker::build(docker, &build)
         .await
         .map_err(|e| target.docker_error(e))?;
-    let digest = docker::push(docker, build.repository, DEV_TAG)
+    let credential = target.registry.credential();
+    let digest = docker::push(docker, build.repository, DEV_TAG, credential)
         .await
         .map_err(|e| target.docker_error(e))?;
     // The engine does not say what it uploaded: compare the new manifest's

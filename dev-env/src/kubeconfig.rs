@@ -134,6 +134,7 @@ async fn client_from(
             path: what.to_string(),
             source,
         })?;
+    crate::install_crypto_provider();
     kube::Client::try_from(config).map_err(|source| Error::Client {
         path: what.to_string(),
         source,

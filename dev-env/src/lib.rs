@@ -51,6 +51,17 @@ pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// Installs ring as rustls's process-wide crypto provider, once: kube and
+/// the registry client both use rustls, and rustls refuses to choose when
+/// no provider, or more than one, is installed.
+pub fn install_crypto_provider() {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // Someone else installed one first: theirs is the process's.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 #[cfg(test)]
 mod tests {
     /// An error with an optional cause, which may quote that cause.

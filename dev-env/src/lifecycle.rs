@@ -464,7 +464,12 @@ async fn ensure_images(
     reporter: &dyn Reporter,
 ) -> Result<Vec<String>, Error> {
     let state = State::load(&config.state_dir())?;
-    let client = registry.client();
+    let client =
+        registry::client(config, &registry.host).map_err(|source| Error::RegistryCheck {
+            host: registry.host.clone(),
+            component: String::from("(any)"),
+            source: Box::new(source),
+        })?;
     let mut unpushed = Vec::new();
     for name in config.components.keys() {
         let Some(pushed) = state.images.get(name) else {

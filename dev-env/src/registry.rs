@@ -183,10 +183,24 @@ pub enum Action {
 }
 
 impl Endpoint {
-    /// A distribution client for this registry.
+    /// A distribution client for this registry, when dev-env runs it.
     pub fn client(&self) -> distribution::Client {
         distribution::Client::new(&self.host)
     }
+}
+
+/// A distribution client for the registry of `config` at `host`: the
+/// registry dev-env runs over plain HTTP, an external one with its
+/// `caFile`, `insecure` and the credentials `docker login` stored.
+pub fn client(config: &Config, host: &str) -> Result<distribution::Client, distribution::Error> {
+    if config.registry.external.is_none() {
+        return Ok(distribution::Client::new(host));
+    }
+    let options = distribution::Options {
+        ca_file: config.registry.ca_file.as_deref(),
+        insecure: config.registry.insecure,
+    };
+    distribution::Client::connect(host, options)
 }
 
 /// The host address of the registry of `config` without touching Docker:
@@ -231,7 +245,13 @@ pub async fn ensure_labelled(
             host: external.clone(),
             action: Action::External,
         };
-        wait_ready(&endpoint, external).await?;
+        let client = client(config, external).map_err(|source| Error::NotReady {
+            host: external.clone(),
+            timeout: Duration::ZERO,
+            last: crate::error_chain(&source),
+            hint: String::from("fix the registry settings above"),
+        })?;
+        wait_ready_with(&endpoint, &client, external, READY_TIMEOUT).await?;
         return Ok(endpoint);
     }
     let state_dir = config.state_dir();
@@ -342,7 +362,15 @@ pub async fn wait_ready_within(
     container: &str,
     timeout: Duration,
 ) -> Result<(), Error> {
-    let client = endpoint.client();
+    wait_ready_with(endpoint, &endpoint.client(), container, timeout).await
+}
+
+async fn wait_ready_with(
+    endpoint: &Endpoint,
+    client: &distribution::Client,
+    container: &str,
+    timeout: Duration,
+) -> Result<(), Error> {
     let started = Instant::now();
     loop {
         let last = match client.ping().await {
@@ -351,9 +379,9 @@ pub async fn wait_ready_within(
         };
         if started.elapsed() >= timeout {
             let hint = match endpoint.action {
-                Action::External => String::from(
-                    "check that `registry.external` names a running registry that serves plain HTTP",
-                ),
+                Action::External => {
+                    String::from("check that `registry.external` names a running registry")
+                }
                 _ => format!("look at `docker logs {container}`"),
             };
             return Err(Error::NotReady {

@@ -242,7 +242,7 @@ async fn registry_status(
             name: external.clone(),
             running: true,
             host: Some(external.clone()),
-            reachable: reachable(external).await,
+            reachable: reachable(config, external).await,
         });
     }
     let container = docker::inspect_container(docker, &config.registry.name).await?;
@@ -252,7 +252,7 @@ async fn registry_status(
         .and_then(|c| docker::published_port(c, REGISTRY_CONTAINER_PORT));
     let host = port.map(|p| format!("localhost:{p}"));
     let reachable = match &host {
-        Some(h) if running => reachable(h).await,
+        Some(h) if running => reachable(config, h).await,
         _ => false,
     };
     Ok(RegistryStatus {
@@ -325,8 +325,8 @@ async fn component_status(
     };
     if let (Some(image), Some(host)) = (pushed, &registry.host)
         && registry.reachable
+        && let Ok(client) = crate::registry::client(config, host)
     {
-        let client = crate::image::distribution::Client::new(host);
         status.in_registry = client
             .manifest_exists(&image.repository, &image.digest)
             .await
@@ -466,8 +466,10 @@ async fn inspect_component(
     Ok(())
 }
 
-async fn reachable(host: &str) -> bool {
-    let client = crate::image::distribution::Client::new(host);
+async fn reachable(config: &Config, host: &str) -> bool {
+    let Ok(client) = crate::registry::client(config, host) else {
+        return false;
+    };
     matches!(tokio::time::timeout(PROBE, client.ping()).await, Ok(Ok(_)))
 }
 

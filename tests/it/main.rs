@@ -11,6 +11,7 @@ mod operator;
 mod prune;
 mod reach;
 mod registry;
+mod registry_auth;
 mod tidy;
 mod trust;
 mod watch;

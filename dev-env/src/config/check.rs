@@ -160,6 +160,7 @@ impl Check<'_> {
                 }
             }
         }
+        let ca_file = self.full_only(|c| c.registry_access(&raw));
         let registry_name = self.docker_name(
             "registry.name",
             raw.name.unwrap_or_else(|| format!("{name}-registry")),
@@ -181,6 +182,8 @@ impl Check<'_> {
             (None, None) => format!("{registry_name}:{REGISTRY_CONTAINER_PORT}"),
         };
         Registry {
+            ca_file,
+            insecure: raw.insecure.unwrap_or(false),
             volume: self.docker_name(
                 "registry.volume",
                 raw.volume
@@ -198,6 +201,40 @@ impl Check<'_> {
             external: raw.external,
             cluster_host,
         }
+    }
+
+    /// `registry.caFile` (relative to the file's directory) and
+    /// `registry.insecure`, which concern only an external registry.
+    fn registry_access(&mut self, raw: &RawRegistry) -> Option<std::path::PathBuf> {
+        if raw.external.is_none() {
+            for (key, set) in [
+                ("registry.caFile", raw.ca_file.is_some()),
+                ("registry.insecure", raw.insecure.is_some()),
+            ] {
+                if set {
+                    self.problem(
+                        key,
+                        "applies only to `registry.external`: the registry dev-env runs speaks plain HTTP on 127.0.0.1",
+                        "remove it, or set `registry.external` to the registry it is for",
+                    );
+                }
+            }
+        }
+        if raw.insecure == Some(true) && raw.ca_file.is_some() {
+            self.problem(
+                "registry.caFile",
+                "has no effect with `registry.insecure: true`, which speaks plain HTTP",
+                "remove `insecure` to use TLS with this CA, or remove `caFile`",
+            );
+        }
+        let file = raw.ca_file.as_deref()?;
+        let root = self.root.to_path_buf();
+        Some(self.existing_path(
+            "registry.caFile",
+            &root,
+            file,
+            "the PEM CA certificate that signed the registry's certificate",
+        ))
     }
 
     fn cluster(&mut self, raw: RawCluster) -> Cluster {

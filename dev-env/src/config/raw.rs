@@ -113,6 +113,8 @@ pub(super) struct RawRegistry {
     pub(super) volume: Option<String>,
     pub(super) external: Option<String>,
     pub(super) cluster_host: Option<String>,
+    pub(super) ca_file: Option<String>,
+    pub(super) insecure: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

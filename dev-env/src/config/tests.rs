@@ -475,3 +475,44 @@ fn forwards_parse_and_bad_or_shared_local_ports_point_at_their_item() {
     assert_eq!(found[1].key, "components.w.forward[1]");
     assert!(found[1].message.contains("already forwarded for `v`"));
 }
+
+#[test]
+fn a_registry_ca_file_is_relative_to_the_file_and_must_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("manifests")).unwrap();
+    std::fs::write(dir.path().join("ca.pem"), "pem").unwrap();
+    let config = parse_in(
+        &dir,
+        "name: a\nregistry: {external: 'reg.lan:5000', caFile: ca.pem}\n",
+    )
+    .unwrap();
+    assert_eq!(config.registry.ca_file, Some(dir.path().join("ca.pem")));
+    assert!(!config.registry.insecure);
+    let found = problems_in(
+        &dir,
+        "name: a\nregistry:\n  external: 'reg.lan:5000'\n  caFile: missing.pem\n",
+    );
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].key, "registry.caFile");
+    assert_eq!(
+        found[0].location,
+        Location {
+            line: 4,
+            column: 11
+        }
+    );
+    assert!(
+        found[0].fix.contains("relative paths start at"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn registry_tls_settings_apply_only_to_an_external_registry() {
+    let found = problems("name: a\nregistry: {insecure: true}\n");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].key, "registry.insecure");
+    assert!(found[0].fix.contains("registry.external"), "{found:?}");
+    let config = parse("name: a\nregistry: {external: 'reg.lan:5000', insecure: true}\n").unwrap();
+    assert!(config.registry.insecure);
+}

@@ -11,11 +11,12 @@ use std::{collections::HashMap, path::Path, time::Duration};
 
 use bollard::{
     Docker,
+    auth::DockerCredentials,
     query_parameters::{BuildImageOptionsBuilder, PushImageOptionsBuilder},
 };
 use futures::StreamExt;
 
-use super::{cargo::tail, context};
+use super::{cargo::tail, context, credentials::Credential};
 
 /// How many lines of the build log a failure shows.
 const LOG_TAIL: usize = 30;
@@ -32,6 +33,15 @@ pub enum Error {
     Build { message: String, tail: String },
     #[error("the Docker build ended without an image ID; last lines of the build log:\n{tail}")]
     NoImage { tail: String },
+    #[error(
+        "the registry {host} refused the Docker engine's push of `{reference}` with {credentials}: {message}; log in with `docker login {host}`: dev-env reads the credentials it stores"
+    )]
+    Unauthorized {
+        host: String,
+        reference: String,
+        credentials: String,
+        message: String,
+    },
     #[error("the Docker engine could not push `{reference}`")]
     Push {
         reference: String,
@@ -147,12 +157,19 @@ pub async fn build(docker: &Docker, build: &DockerBuild<'_>) -> Result<String, E
     })
 }
 
-/// Pushes `<repository>:<tag>` through the engine; returns the digest the
-/// engine reports.
-pub async fn push(docker: &Docker, repository: &str, tag: &str) -> Result<String, Error> {
+/// Pushes `<repository>:<tag>` through the engine with `credential` (the
+/// ones dev-env's own client uses); returns the digest the engine reports.
+pub async fn push(
+    docker: &Docker,
+    repository: &str,
+    tag: &str,
+    credential: Option<&Credential>,
+) -> Result<String, Error> {
     let reference = format!("{repository}:{tag}");
     let options = PushImageOptionsBuilder::default().tag(tag).build();
-    let mut stream = docker.push_image(repository, Some(options), None);
+    let host = repository.split('/').next().unwrap_or(repository);
+    let credentials = credential.map(|c| engine_credentials(c, host));
+    let mut stream = docker.push_image(repository, Some(options), credentials);
     let mut statuses = String::new();
     let mut digest = None;
     let deadline = tokio::time::Instant::now() + PUSH_TIMEOUT;
@@ -165,10 +182,7 @@ pub async fn push(docker: &Docker, repository: &str, tag: &str) -> Result<String
             });
         };
         let Some(item) = next else { break };
-        let info = item.map_err(|source| Error::Push {
-            reference: reference.clone(),
-            source,
-        })?;
+        let info = item.map_err(|source| refused(&reference, host, credential, source))?;
         if let Some(status) = info.status {
             if let Some(found) = digest_of_status(&status) {
                 digest = Some(found);
@@ -181,6 +195,55 @@ pub async fn push(docker: &Docker, repository: &str, tag: &str) -> Result<String
         reference,
         tail: tail(&statuses, 10),
     })
+}
+
+/// The engine's credentials for `host`: a user name and password, or an
+/// identity token when there is no user name.
+fn engine_credentials(credential: &Credential, host: &str) -> DockerCredentials {
+    let token = credential.username.is_empty();
+    DockerCredentials {
+        username: (!token).then(|| credential.username.clone()),
+        password: (!token).then(|| credential.secret.clone()),
+        identitytoken: token.then(|| credential.secret.clone()),
+        serveraddress: Some(host.to_string()),
+        ..DockerCredentials::default()
+    }
+}
+
+/// A failed push, as a refusal that says how to log in when the registry
+/// refused the credentials.
+fn refused(
+    reference: &str,
+    host: &str,
+    credential: Option<&Credential>,
+    source: bollard::errors::Error,
+) -> Error {
+    let message = match &source {
+        bollard::errors::Error::DockerStreamError { error } => error.clone(),
+        other => other.to_string(),
+    };
+    let lower = message.to_ascii_lowercase();
+    let refusal = [
+        "unauthorized",
+        "authentication required",
+        "no basic auth",
+        "denied",
+    ];
+    if !refusal.iter().any(|r| lower.contains(r)) {
+        return Error::Push {
+            reference: reference.to_string(),
+            source,
+        };
+    }
+    Error::Unauthorized {
+        host: host.to_string(),
+        reference: reference.to_string(),
+        credentials: match credential {
+            Some(c) => format!("the credentials from {}", c.source),
+            None => String::from("no credentials"),
+        },
+        message: message.trim().to_string(),
+    }
 }
 
 /// The digest of a push's closing status line,

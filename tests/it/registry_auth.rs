@@ -1,0 +1,259 @@
+//! Pushes to a registry that wants TLS and credentials: Debian's
+//! distribution registry with a certificate signed by a CA the test makes
+//! and an htpasswd file, credentials from a Docker client configuration as
+//! `docker login` writes it (a plain `auths` entry, or a credential helper).
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use dev_env::{
+    config::Config,
+    image::{self, PushOptions, Pushed, credentials, distribution},
+};
+use dev_env_tests::{
+    DistributionRegistry, DockerCleanup, Project, RegistrySettings, free_port, require_docker,
+    unique_name,
+};
+
+const QUIET: PushOptions<'static> = PushOptions {
+    output: None,
+    progress: None,
+    cancel: None,
+};
+const USER: &str = "ci";
+const PASSWORD: &str = "s3cret-pw";
+
+/// A registry on 127.0.0.1 with TLS and htpasswd auth, and the files it
+/// was made from.
+struct SecureRegistry {
+    registry: DistributionRegistry,
+    dir: tempfile::TempDir,
+}
+
+impl SecureRegistry {
+    fn start() -> SecureRegistry {
+        let dir = tempfile::tempdir().unwrap();
+        let files = dir.path();
+        let (ca, cert, key) = certificates();
+        std::fs::write(files.join("ca.pem"), ca).unwrap();
+        std::fs::write(files.join("cert.pem"), cert).unwrap();
+        std::fs::write(files.join("key.pem"), key).unwrap();
+        let hash = bcrypt::hash(PASSWORD, 5).unwrap();
+        std::fs::write(files.join("htpasswd"), format!("{USER}:{hash}\n")).unwrap();
+        let settings = RegistrySettings {
+            http: format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                files.join("cert.pem").display(),
+                files.join("key.pem").display()
+            ),
+            top: format!(
+                "auth:\n  htpasswd:\n    realm: dev-env-test\n    path: {}\n",
+                files.join("htpasswd").display()
+            ),
+        };
+        let registry = DistributionRegistry::start_with(&settings);
+        SecureRegistry { registry, dir }
+    }
+
+    fn host(&self) -> String {
+        self.registry.host()
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+}
+
+/// A CA, and a certificate it signed for 127.0.0.1 and localhost, as PEM:
+/// (CA certificate, certificate, key).
+fn certificates() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "dev-env test CA");
+    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let params =
+        CertificateParams::new(vec![String::from("127.0.0.1"), String::from("localhost")]).unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    (ca_cert.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// A Docker client configuration directory holding `config`.
+fn docker_config(config: serde_json::Value) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
+    dir
+}
+
+fn auths(host: &str, user: &str, password: &str) -> serde_json::Value {
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    serde_json::json!({"auths": {host: {"auth": auth}}})
+}
+
+/// The project's config with the registry's CA as `registry.caFile`,
+/// relative to the config file.
+fn project(registry: &SecureRegistry) -> Project {
+    let project = Project::new(&registry.host());
+    std::fs::copy(registry.ca(), project.dir.path().join("registry-ca.pem")).unwrap();
+    let path = project.config_path();
+    let text = std::fs::read_to_string(&path).unwrap().replace(
+        &format!("registry: {{external: '{}'}}", registry.host()),
+        &format!(
+            "registry: {{external: '{}', caFile: registry-ca.pem}}",
+            registry.host()
+        ),
+    );
+    std::fs::write(&path, text).unwrap();
+    project
+}
+
+/// Pushes `component` as `push-image --no-rollout` does, with the
+/// credentials found in the Docker client configuration `docker_config`.
+async fn push(
+    project: &Project,
+    docker_config: &Path,
+    component: &str,
+) -> Result<Pushed, image::Error> {
+    let config = Config::load(&project.config_path()).expect("the fixture config is valid");
+    let host = config.registry.external.clone().unwrap();
+    let credential = credentials::lookup_in(&docker_config.join("config.json"), &host).unwrap();
+    let options = distribution::Options {
+        ca_file: config.registry.ca_file.as_deref(),
+        insecure: false,
+    };
+    let client = distribution::Client::with_credential(&host, options, credential).unwrap();
+    let mut results =
+        image::push_components(&config, &client, &[component.to_string()], QUIET).await;
+    results.remove(0)
+}
+
+/// A credential helper script on PATH that gives `USER`/`PASSWORD` for
+/// `host`; removed on drop.
+struct Helper {
+    name: String,
+    path: PathBuf,
+}
+
+impl Helper {
+    fn install(host: &str) -> Helper {
+        use std::os::unix::fs::PermissionsExt;
+        let name = unique_name("devenvit");
+        let path = PathBuf::from(format!("/usr/local/bin/docker-credential-{name}"));
+        let script = format!(
+            "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread server\nif [ \"$server\" = '{host}' ]; then\n  printf '{{\"ServerURL\":\"%s\",\"Username\":\"{USER}\",\"Secret\":\"{PASSWORD}\"}}' \"$server\"\nelse\n  echo 'credentials not found in native keychain'; exit 1\nfi\n"
+        );
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Helper { name, path }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[tokio::test]
+async fn pushes_to_a_tls_registry_with_credentials_docker_login_stored() {
+    require_docker();
+    let registry = SecureRegistry::start();
+    let host = registry.host();
+    let project = project(&registry);
+    let mut cleanup = DockerCleanup::default();
+    cleanup
+        .images
+        .push(format!("{host}/{}/static:dev", project.name));
+
+    // A plain `auths` entry.
+    let plain = docker_config(auths(&host, USER, PASSWORD));
+    let first = push(&project, plain.path(), "hello").await.unwrap();
+    assert!(first.uploaded_bytes > 100_000, "a static binary: {first:?}");
+    let again = push(&project, plain.path(), "hello").await.unwrap();
+    assert_eq!(again.digest, first.digest);
+    assert_eq!(
+        (again.uploaded_bytes, again.uploaded_blobs),
+        (0, 0),
+        "{again:?}"
+    );
+    let docker_built = push(&project, plain.path(), "static").await.unwrap();
+    assert_eq!(docker_built.uploaded_blobs, 3, "{docker_built:?}");
+
+    // A credential helper.
+    let helper = Helper::install(&host);
+    let helped = docker_config(serde_json::json!({"credHelpers": {&host: &helper.name}}));
+    project.edit(
+        "hello/src/main.rs",
+        "fn main() {\n    println!(\"hello, two\");\n}\n",
+    );
+    let changed = push(&project, helped.path(), "hello").await.unwrap();
+    assert_ne!(changed.digest, first.digest);
+    assert!(changed.uploaded_bytes > 0, "{changed:?}");
+    project.edit("static/b.txt", "b: pushed with the helper's credentials\n");
+    let docker_helped = push(&project, helped.path(), "static").await.unwrap();
+    assert_ne!(docker_helped.digest, docker_built.digest);
+    let noop = push(&project, helped.path(), "static").await.unwrap();
+    assert_eq!(noop.uploaded_bytes, 0, "{noop:?}");
+
+    // A wrong password names the registry and how to log in.
+    for component in ["hello", "static"] {
+        let wrong = docker_config(auths(&host, USER, "wrong"));
+        let err = dev_env::error_chain(&push(&project, wrong.path(), component).await.unwrap_err());
+        assert!(err.contains(&format!("docker login {host}")), "{err}");
+        assert!(!err.contains("wrong"), "the password is never shown: {err}");
+        assert!(!err.contains(PASSWORD), "{err}");
+    }
+}
+
+#[tokio::test]
+async fn a_certificate_of_another_ca_says_to_set_ca_file() {
+    let registry = SecureRegistry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let other_ca = dir.path().join("other-ca.pem");
+    std::fs::write(&other_ca, certificates().0).unwrap();
+    let options = distribution::Options {
+        ca_file: Some(&other_ca),
+        insecure: false,
+    };
+    let client = distribution::Client::with_credential(&registry.host(), options, None).unwrap();
+    let err = dev_env::error_chain(&client.ping().await.unwrap_err());
+    assert!(err.contains(&registry.host()), "{err}");
+    assert!(err.contains("registry.caFile"), "{err}");
+}
+
+/// kube and the registry client both speak TLS through rustls with ring,
+/// one provider for the process: both work side by side.
+#[tokio::test]
+async fn a_kube_client_and_a_tls_registry_client_work_in_one_process() {
+    let registry = SecureRegistry::start();
+    let kube_config = kube::Config::new(
+        format!("https://127.0.0.1:{}", free_port())
+            .parse()
+            .unwrap(),
+    );
+    dev_env::install_crypto_provider();
+    let kube_client = kube::Client::try_from(kube_config).expect("a kube client builds");
+    let options = distribution::Options {
+        ca_file: Some(&registry.ca()),
+        insecure: false,
+    };
+    let credential = credentials::lookup_in(
+        &docker_config(auths(&registry.host(), USER, PASSWORD))
+            .path()
+            .join("config.json"),
+        &registry.host(),
+    )
+    .unwrap();
+    let registry_client =
+        distribution::Client::with_credential(&registry.host(), options, credential).unwrap();
+    registry_client.ping().await.unwrap();
+    assert!(kube_client.apiserver_version().await.is_err());
+    let missing = registry_client.get_manifest("nothing/here", "dev").await;
+    let missing = missing.unwrap();
+    assert!(missing.is_none(), "authenticated, and nothing there");
+}
