@@ -319,13 +319,17 @@ fn observe_rollout(
         let mut events = reflector::reflector(writer, watcher(pods, config))
             .default_backoff()
             .boxed();
-        let mut old_hash: Option<String> = None;
+        // Every template hash among the pods listed first is old, the
+        // terminating pods' of an earlier rollout as much as the serving
+        // ones': the first pod listed may be either.
+        let mut old: Option<std::collections::HashSet<String>> = None;
         while events.next().await.is_some() {
             let pods = reader.state();
-            if old_hash.is_none() {
-                old_hash = pods.iter().find_map(|p| hash(p).cloned());
+            if old.is_none() && !pods.is_empty() {
+                old = Some(pods.iter().filter_map(|p| hash(p).cloned()).collect());
             }
-            let is_new = |p: &Pod| hash(p).is_some() && hash(p) != old_hash.as_ref();
+            let is_new =
+                |p: &Pod| hash(p).is_some_and(|h| old.as_ref().is_some_and(|old| !old.contains(h)));
             let new_ready = pods.iter().filter(|p| is_new(p) && serving(p)).count();
             let old_serving = pods.iter().any(|p| !is_new(p) && serving(p));
             if new_ready == 2 && !old_serving {
