@@ -193,6 +193,24 @@ impl Drop for DistributionRegistry {
     }
 }
 
+/// The `imageID`s of the Ready, non-terminating pods `selector` picks in
+/// `namespace`, through kubectl. Old pods may still be terminating when a
+/// push returns: they get no traffic and are not counted.
+pub fn serving_image_ids(kubeconfig: &Path, namespace: &str, selector: &str) -> Vec<String> {
+    let sh = xshell::Shell::new().expect("a shell");
+    let path = "jsonpath={range .items[*]}{.metadata.deletionTimestamp}|{.status.containerStatuses[0].ready}={.status.containerStatuses[0].imageID} {end}";
+    let out = xshell::cmd!(
+        sh,
+        "kubectl --kubeconfig {kubeconfig} -n {namespace} get pods -l {selector} -o {path}"
+    )
+    .read()
+    .expect("kubectl get pods");
+    out.split_whitespace()
+        .filter_map(|p| p.strip_prefix("|true="))
+        .map(str::to_string)
+        .collect()
+}
+
 /// A port on 127.0.0.1 with nothing listening on it right now.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind(("127.0.0.1", 0))

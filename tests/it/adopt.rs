@@ -211,19 +211,11 @@ impl Workspace {
 
     /// `imageID`s of the Ready, non-terminating pods of `hello`.
     fn running(&self) -> Vec<String> {
-        let sh = Shell::new().unwrap();
-        let kc = self.state_dir().join("kubeconfig.host");
-        let path = "jsonpath={range .items[*]}{.metadata.deletionTimestamp}|{.status.containerStatuses[0].ready}={.status.containerStatuses[0].imageID} {end}";
-        let out = cmd!(
-            sh,
-            "kubectl --kubeconfig {kc} -n adopt get pods -l app=hello -o {path}"
+        dev_env_tests::serving_image_ids(
+            &self.state_dir().join("kubeconfig.host"),
+            "adopt",
+            "app=hello",
         )
-        .read()
-        .unwrap();
-        out.split_whitespace()
-            .filter_map(|p| p.strip_prefix("|true="))
-            .map(str::to_string)
-            .collect()
     }
 
     /// Docker objects of `kind` labelled with the environment's name.

@@ -120,25 +120,12 @@ impl App {
 
     /// `imageID`s of the Ready, non-terminating pods, via kubectl.
     fn running(&self) -> Vec<String> {
-        let sh = Shell::new().unwrap();
         let kc = self
             .dir
             .join(".dev-env")
             .join(&self.name)
             .join("kubeconfig.host");
-        // Old pods may still be terminating when a push returns: they get
-        // no traffic and are not counted.
-        let path = "jsonpath={range .items[*]}{.metadata.deletionTimestamp}|{.status.containerStatuses[0].ready}={.status.containerStatuses[0].imageID} {end}";
-        let out = cmd!(
-            sh,
-            "kubectl --kubeconfig {kc} -n shop get pods -l app=app -o {path}"
-        )
-        .read()
-        .unwrap();
-        out.split_whitespace()
-            .filter_map(|p| p.strip_prefix("|true="))
-            .map(str::to_string)
-            .collect()
+        dev_env_tests::serving_image_ids(&kc, "shop", "app=app")
     }
 }
 
