@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod secure_registry;
+
 /// A reporter that prints every event on stderr, where the test harness
 /// shows it for a failing test.
 #[derive(Debug, Clone, Copy, Default)]

@@ -25,9 +25,11 @@ use crate::{
 
 pub mod applyset;
 mod prune;
+pub mod pull_secret;
 
 pub use applyset::{ApplySet, Member};
 pub use prune::would_prune;
+pub use pull_secret::PullSecret;
 
 /// The field manager of everything the harness applies.
 pub const FIELD_MANAGER: &str = "dev-env";
@@ -77,6 +79,8 @@ pub enum Error {
     Labelled { at: String, what: String },
     #[error(transparent)]
     ApplySet(#[from] applyset::Error),
+    #[error(transparent)]
+    PullSecret(#[from] pull_secret::Error),
     #[error("cannot watch CRD `{name}` until it is Established")]
     Watch {
         name: String,
@@ -207,6 +211,9 @@ pub struct Options<'a> {
     pub set: &'a ApplySet,
     /// Delete the set's members that the manifests no longer declare.
     pub prune: bool,
+    /// Pull credentials for the components' namespaces, applied once the
+    /// namespaces are and before the workloads (`registry.pullSecret`).
+    pub pull_secret: Option<&'a PullSecret>,
 }
 
 /// What [`apply_all`] did.
@@ -259,6 +266,24 @@ pub async fn apply_all(
             Validation::Deferred,
         )
         .await?;
+    }
+    let (namespaces, rest): (Vec<&Object<'_>>, Vec<&Object<'_>>) = rest
+        .into_iter()
+        .partition(|o| o.manifest.phase() == Phase::Namespaces);
+    for object in namespaces {
+        applied.push(
+            apply_one(
+                client,
+                &mut kinds,
+                &object.at(),
+                &object.object,
+                Mode::Apply,
+            )
+            .await?,
+        );
+    }
+    if let Some(secret) = options.pull_secret {
+        applied.extend(secret.apply(client, &mut kinds).await?);
     }
     for object in rest {
         applied.push(

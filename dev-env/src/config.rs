@@ -131,6 +131,11 @@ pub struct Registry {
     pub ca_file: Option<std::path::PathBuf>,
     /// Plain HTTP to the external registry, whatever its host.
     pub insecure: bool,
+    /// Give the cluster the credentials `docker login` stored for the
+    /// external registry: a `kubernetes.io/dockerconfigjson` Secret in every
+    /// namespace a component runs in, named in that namespace's `default`
+    /// ServiceAccount's `imagePullSecrets`.
+    pub pull_secret: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

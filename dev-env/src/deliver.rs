@@ -348,6 +348,7 @@ pub async fn reload(
         config.component(name)?;
     }
     let manifests = manifest::load(&config.manifests)?;
+    let pull_secret = apply::PullSecret::of(config).map_err(apply::Error::from)?;
     let _lock = lock::environment(config, reporter).await?;
     let state = State::load(&config.state_dir())?;
     let client = cluster_client(config).await?;
@@ -357,6 +358,7 @@ pub async fn reload(
         timeout,
         set: &set,
         prune: flags.prune,
+        pull_secret: pull_secret.as_ref(),
     };
     match apply::apply_all(&client, &manifests, options).await {
         Ok(report) if !report.pruned.is_empty() => reporter.report(&Event::Pruned {

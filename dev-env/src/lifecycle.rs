@@ -255,6 +255,7 @@ pub async fn up(
     // Everything that can be wrong with the input is found before anything
     // is changed.
     let manifests = manifest::load(&config.manifests)?;
+    let pull_secret = apply::PullSecret::of(config).map_err(apply::Error::from)?;
     let docker = docker::connect().await?;
     // Read-only checks first: a refused run leaves not even a lock file.
     ownership::check(&docker, config).await?;
@@ -289,6 +290,7 @@ pub async fn up(
         timeout: options.timeout,
         set: &set,
         prune: options.prune,
+        pull_secret: pull_secret.as_ref(),
     };
     let report = apply::apply_all(&cluster.client, &manifests, apply_options).await?;
     applied.extend(report.applied);

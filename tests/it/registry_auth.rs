@@ -5,13 +5,13 @@
 
 use std::path::{Path, PathBuf};
 
-use base64::Engine;
 use dev_env::{
     config::Config,
     image::{self, PushOptions, Pushed, credentials, distribution},
 };
 use dev_env_tests::{
-    DistributionRegistry, DockerCleanup, Project, RegistrySettings, free_port, require_docker,
+    DockerCleanup, Project, free_port, require_docker,
+    secure_registry::{PASSWORD, SecureRegistry, USER, auths, certificates, docker_config},
     unique_name,
 };
 
@@ -20,81 +20,6 @@ const QUIET: PushOptions<'static> = PushOptions {
     progress: None,
     cancel: None,
 };
-const USER: &str = "ci";
-const PASSWORD: &str = "s3cret-pw";
-
-/// A registry on 127.0.0.1 with TLS and htpasswd auth, and the files it
-/// was made from.
-struct SecureRegistry {
-    registry: DistributionRegistry,
-    dir: tempfile::TempDir,
-}
-
-impl SecureRegistry {
-    fn start() -> SecureRegistry {
-        let dir = tempfile::tempdir().unwrap();
-        let files = dir.path();
-        let (ca, cert, key) = certificates();
-        std::fs::write(files.join("ca.pem"), ca).unwrap();
-        std::fs::write(files.join("cert.pem"), cert).unwrap();
-        std::fs::write(files.join("key.pem"), key).unwrap();
-        let hash = bcrypt::hash(PASSWORD, 5).unwrap();
-        std::fs::write(files.join("htpasswd"), format!("{USER}:{hash}\n")).unwrap();
-        let settings = RegistrySettings {
-            http: format!(
-                "  tls:\n    certificate: {}\n    key: {}\n",
-                files.join("cert.pem").display(),
-                files.join("key.pem").display()
-            ),
-            top: format!(
-                "auth:\n  htpasswd:\n    realm: dev-env-test\n    path: {}\n",
-                files.join("htpasswd").display()
-            ),
-        };
-        let registry = DistributionRegistry::start_with(&settings);
-        SecureRegistry { registry, dir }
-    }
-
-    fn host(&self) -> String {
-        self.registry.host()
-    }
-
-    fn ca(&self) -> PathBuf {
-        self.dir.path().join("ca.pem")
-    }
-}
-
-/// A CA, and a certificate it signed for 127.0.0.1 and localhost, as PEM:
-/// (CA certificate, certificate, key).
-fn certificates() -> (String, String, String) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "dev-env test CA");
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate().unwrap();
-    let params =
-        CertificateParams::new(vec![String::from("127.0.0.1"), String::from("localhost")]).unwrap();
-    let cert = params.signed_by(&key, &issuer).unwrap();
-    (ca_cert.pem(), cert.pem(), key.serialize_pem())
-}
-
-/// A Docker client configuration directory holding `config`.
-fn docker_config(config: serde_json::Value) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("config.json"), config.to_string()).unwrap();
-    dir
-}
-
-fn auths(host: &str, user: &str, password: &str) -> serde_json::Value {
-    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-    serde_json::json!({"auths": {host: {"auth": auth}}})
-}
-
 /// The project's config with the registry's CA as `registry.caFile`,
 /// relative to the config file.
 fn project(registry: &SecureRegistry) -> Project {

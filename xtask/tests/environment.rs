@@ -142,6 +142,15 @@ fn an_existing_cluster_and_an_external_registry_need_no_docker_object() {
     let out = run(&["dev", "status"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(!text(&out).contains("network"), "{}", text(&out));
+    // Without `registry.pullSecret` no credentials reach the cluster.
+    let kubeconfig = sim.kubeconfig_path();
+    let made = cmd!(
+        sh,
+        "kubectl --kubeconfig {kubeconfig} get secrets -A -l app.kubernetes.io/managed-by=dev-env -o name"
+    )
+    .read()
+    .unwrap();
+    assert_eq!(made, "");
     let out = run(&["dev", "reset", "--purge"]);
     assert!(out.status.success(), "{}", text(&out));
     rt.block_on(sim.shutdown());
@@ -262,4 +271,130 @@ fn watch_speaks_json_and_stops_on_ctrl_c(config: &Path) {
     let took = started.elapsed();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(took < Duration::from_secs(2), "watch stopped in {took:?}");
+}
+
+/// A cluster that pulls only with a pull secret: kube-sim trusts the
+/// registry's CA through its `registries.yaml`, as k3s would, and has no
+/// credentials of its own. `registry.pullSecret` gives it those `docker
+/// login` stored; without them `dev up` changes nothing.
+#[test]
+fn an_existing_cluster_pulls_from_a_private_registry_through_the_pull_secret() {
+    use dev_env_tests::secure_registry::{PASSWORD, SecureRegistry, USER, auths, docker_config};
+    let registry = SecureRegistry::start();
+    let host = registry.host();
+    let files = tempfile::tempdir().unwrap();
+    let registries = files.path().join("registries.yaml");
+    std::fs::write(
+        &registries,
+        format!(
+            "configs:\n  \"{host}\":\n    tls:\n      ca_file: {}\n",
+            registry.ca().display()
+        ),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let sim = rt
+        .block_on(kube_sim::Sim::start(kube_sim::Config {
+            registries: Some(registries),
+            ..kube_sim::Config::ephemeral()
+        }))
+        .expect("kube-sim serves");
+    let project = dev_env_tests::Project::new(&host);
+    let name = project.name.clone();
+    std::fs::copy(registry.ca(), project.root().join("registry-ca.pem")).unwrap();
+    std::fs::write(
+        project.config_path(),
+        format!(
+            "name: {name}\nregistry: {{external: '{host}', caFile: registry-ca.pem, pullSecret: true}}\n\
+             cluster: {{provider: existing, context: default}}\nmanifests: [manifests]\n\
+             components:\n  hello:\n    image: {name}/hello\n    build: {{cargo: {{package: hello, bin: hello}}}}\n    \
+             rollout: {{kind: Deployment, namespace: it, name: hello, container: hello}}\n"
+        ),
+    )
+    .unwrap();
+    project.edit(
+        "manifests/hello.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: it}}\n---\n\
+             apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: hello, namespace: it}}\nspec:\n  replicas: 2\n  \
+             selector: {{matchLabels: {{app: hello}}}}\n  template:\n    metadata: {{labels: {{app: hello}}}}\n    \
+             spec: {{terminationGracePeriodSeconds: 1, containers: [{{name: hello, image: '{host}/{name}/hello:dev'}}]}}\n"
+        ),
+    );
+    let config = project.config_path();
+    let kubeconfig = sim.kubeconfig_path().to_path_buf();
+    let run = |docker: &Path, args: &[&str]| {
+        xtask(&config, args)
+            .env("KUBECONFIG", &kubeconfig)
+            .env("DOCKER_CONFIG", docker)
+            .output()
+            .unwrap()
+    };
+    let sh = Shell::new().unwrap();
+    let kubectl = |args: &str| {
+        let args: Vec<&str> = args.split(' ').collect();
+        cmd!(sh, "kubectl --kubeconfig {kubeconfig} {args...}")
+            .ignore_status()
+            .read()
+            .unwrap()
+    };
+
+    // No credentials stored: refused before anything changes.
+    let none = tempfile::tempdir().unwrap();
+    let out = run(none.path(), &["dev", "up"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!("docker login {host}")),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(kubectl("get namespace it -o name"), "", "nothing applied");
+
+    let stored = docker_config(auths(&host, USER, PASSWORD));
+    let out = run(stored.path(), &["dev", "up"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains(PASSWORD), "{}", text(&out));
+    let secret = format!("{name}-registry-credentials");
+    assert_eq!(
+        kubectl(&format!("-n it get secret {secret} -o jsonpath={{.type}}")),
+        "kubernetes.io/dockerconfigjson"
+    );
+    assert_eq!(
+        kubectl("-n it get serviceaccount default -o jsonpath={.imagePullSecrets[*].name}"),
+        secret
+    );
+    let pod_secrets = kubectl(
+        "-n it get pods -l app=hello -o jsonpath={.items[*].spec.imagePullSecrets[*].name}",
+    );
+    assert_eq!(pod_secrets, format!("{secret} {secret}"));
+
+    // A change rolls out; the new pods pull with the same secret.
+    let before = dev_env_tests::serving_image_ids(&kubeconfig, "it", "app=hello");
+    assert_eq!(before.len(), 2, "{before:?}");
+    project.edit(
+        "hello/src/main.rs",
+        "fn main() {\n    println!(\"hello, two\");\n}\n",
+    );
+    let out = run(stored.path(), &["push-image", "hello"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let after = dev_env_tests::serving_image_ids(&kubeconfig, "it", "app=hello");
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert!(
+        after.iter().all(|id| !before.contains(id)),
+        "{before:?} -> {after:?}"
+    );
+
+    // Applying again changes neither the secret nor the account.
+    let version =
+        kubectl("-n it get serviceaccount default -o jsonpath={.metadata.resourceVersion}");
+    let out = run(stored.path(), &["dev", "up"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        kubectl("-n it get serviceaccount default -o jsonpath={.metadata.resourceVersion}"),
+        version
+    );
+    rt.block_on(sim.shutdown());
 }

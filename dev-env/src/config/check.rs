@@ -184,6 +184,7 @@ impl Check<'_> {
         Registry {
             ca_file,
             insecure: raw.insecure.unwrap_or(false),
+            pull_secret: raw.pull_secret.unwrap_or(false),
             volume: self.docker_name(
                 "registry.volume",
                 raw.volume
@@ -203,18 +204,34 @@ impl Check<'_> {
         }
     }
 
-    /// `registry.caFile` (relative to the file's directory) and
-    /// `registry.insecure`, which concern only an external registry.
+    /// `registry.caFile` (relative to the file's directory),
+    /// `registry.insecure` and `registry.pullSecret`, which concern only an
+    /// external registry.
     fn registry_access(&mut self, raw: &RawRegistry) -> Option<std::path::PathBuf> {
         if raw.external.is_none() {
-            for (key, set) in [
-                ("registry.caFile", raw.ca_file.is_some()),
-                ("registry.insecure", raw.insecure.is_some()),
+            for (key, set, why) in [
+                (
+                    "registry.caFile",
+                    raw.ca_file.is_some(),
+                    "speaks plain HTTP on 127.0.0.1",
+                ),
+                (
+                    "registry.insecure",
+                    raw.insecure.is_some(),
+                    "speaks plain HTTP on 127.0.0.1",
+                ),
+                (
+                    "registry.pullSecret",
+                    raw.pull_secret.is_some(),
+                    "needs no credentials",
+                ),
             ] {
                 if set {
                     self.problem(
                         key,
-                        "applies only to `registry.external`: the registry dev-env runs speaks plain HTTP on 127.0.0.1",
+                        format!(
+                            "applies only to `registry.external`: the registry dev-env runs {why}"
+                        ),
                         "remove it, or set `registry.external` to the registry it is for",
                     );
                 }

@@ -115,6 +115,7 @@ pub(super) struct RawRegistry {
     pub(super) cluster_host: Option<String>,
     pub(super) ca_file: Option<String>,
     pub(super) insecure: Option<bool>,
+    pub(super) pull_secret: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
