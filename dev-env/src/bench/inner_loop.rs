@@ -57,7 +57,9 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
         .map_err(|e| step("a cluster client").of(e))?;
     for run in 0..runs {
         bench.one_line_change(&client, run, &mut samples).await?;
-        samples.baseline.push(bench.by_hand(run).await?);
+        let hand = bench.by_hand(run).await?;
+        samples.baseline.push(hand.total());
+        samples.hand.push(hand);
     }
     let save = |run: usize| bench.project.source_owned(format!("w{run}"));
     let watched = super::watching::watch_loop(&bench.config.file, runs, save).await?;
@@ -80,6 +82,7 @@ struct Samples {
     /// Milliseconds; only runs whose independent watch saw the end.
     latency: Vec<f64>,
     baseline: Vec<f64>,
+    hand: Vec<HandTimes>,
 }
 
 impl Samples {
@@ -107,6 +110,16 @@ impl Samples {
                 self.latency,
             ));
         }
+        let hand = |what: &str, part: fn(&HandTimes) -> f64| {
+            Figure::of(
+                &format!("by hand: {what}"),
+                "s",
+                self.hand.iter().map(part).collect(),
+            )
+        };
+        figures.push(hand("cargo build", |h| h.build));
+        figures.push(hand("docker build + push", |h| h.image));
+        figures.push(hand("kubectl set image + rollout status", |h| h.rollout));
         figures.push(Figure::of(
             "by hand: docker build + push + kubectl set image + rollout status",
             "s",
@@ -226,7 +239,7 @@ impl Bench {
     /// The same one-line change done by hand, timed: build the image with
     /// the engine from the binary just built, push it, set it on the
     /// Deployment with kubectl, and wait with `kubectl rollout status`.
-    async fn by_hand(&self, run: usize) -> Result<f64, Error> {
+    async fn by_hand(&self, run: usize) -> Result<HandTimes, Error> {
         let fail = step("the by-hand baseline");
         self.project.source(&format!("hand-{run}")).await?;
         let config = &self.config;
@@ -237,11 +250,23 @@ impl Bench {
             in_cluster: format!("{}/bench/app:hand-{run}", config.registry.cluster_host),
             kubeconfig: config.state_dir().join(crate::kubeconfig::HOST_FILE),
         };
-        tokio::task::block_in_place(|| {
-            let started = Instant::now();
-            hand.run(&self.project)?;
-            Ok(started.elapsed().as_secs_f64())
-        })
+        tokio::task::block_in_place(|| hand.run(&self.project))
+    }
+}
+
+/// What each step of the by-hand baseline took, in seconds.
+#[derive(Debug, Clone, Copy)]
+struct HandTimes {
+    build: f64,
+    /// `docker build` and `docker push`.
+    image: f64,
+    /// `kubectl set image` and `kubectl rollout status`.
+    rollout: f64,
+}
+
+impl HandTimes {
+    fn total(&self) -> f64 {
+        self.build + self.image + self.rollout
     }
 }
 
@@ -255,9 +280,10 @@ struct Hand {
 }
 
 impl Hand {
-    /// Builds, pushes, sets and waits. Blocking.
-    fn run(&self, project: &LoopProject) -> Result<(), Error> {
+    /// Builds, pushes, sets and waits, timing each. Blocking.
+    fn run(&self, project: &LoopProject) -> Result<HandTimes, Error> {
         let fail = step("the by-hand baseline");
+        let started = Instant::now();
         let binary = cargo::build_binary(&project.cargo_build()).map_err(|e| fail.of(e))?;
         let context = project.dir.join("hand");
         std::fs::create_dir_all(&context).map_err(|e| fail.of(e))?;
@@ -276,8 +302,10 @@ impl Hand {
                 .map_err(|e| fail.of(e))
         };
         let (image, in_cluster, kubeconfig) = (&self.image, &self.in_cluster, &self.kubeconfig);
+        let built = Instant::now();
         run(cmd!(sh, "docker build -q -t {image} {context}"))?;
         run(cmd!(sh, "docker push -q {image}"))?;
+        let pushed = Instant::now();
         run(cmd!(
             sh,
             "kubectl --kubeconfig {kubeconfig} -n bench set image deployment/app app={in_cluster}"
@@ -285,7 +313,12 @@ impl Hand {
         run(cmd!(
             sh,
             "kubectl --kubeconfig {kubeconfig} -n bench rollout status deployment/app --timeout=180s"
-        ))
+        ))?;
+        Ok(HandTimes {
+            build: built.duration_since(started).as_secs_f64(),
+            image: pushed.duration_since(built).as_secs_f64(),
+            rollout: pushed.elapsed().as_secs_f64(),
+        })
     }
 }
 

@@ -522,8 +522,12 @@ fn a_pull_secret_is_only_for_an_external_registry() {
     let found = problems("name: a\nregistry: {pullSecret: true}\n");
     assert_eq!(found.len(), 1, "{found:?}");
     assert_eq!(found[0].key, "registry.pullSecret");
-    assert!(found[0].message.contains("needs no credentials"), "{found:?}");
-    let config = parse("name: a\nregistry: {external: 'reg.lan:5000', pullSecret: true}\n").unwrap();
+    assert!(
+        found[0].message.contains("needs no credentials"),
+        "{found:?}"
+    );
+    let config =
+        parse("name: a\nregistry: {external: 'reg.lan:5000', pullSecret: true}\n").unwrap();
     assert!(config.registry.pull_secret);
     let config = parse("name: a\nregistry: {external: 'reg.lan:5000'}\n").unwrap();
     assert!(!config.registry.pull_secret);
