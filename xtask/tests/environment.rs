@@ -280,6 +280,7 @@ fn watch_speaks_json_and_stops_on_ctrl_c(config: &Path) {
 #[test]
 fn an_existing_cluster_pulls_from_a_private_registry_through_the_pull_secret() {
     use dev_env_tests::secure_registry::{PASSWORD, SecureRegistry, USER, auths, docker_config};
+    dev_env_tests::require_docker();
     let registry = SecureRegistry::start();
     let host = registry.host();
     let files = tempfile::tempdir().unwrap();
@@ -304,6 +305,8 @@ fn an_existing_cluster_pulls_from_a_private_registry_through_the_pull_secret() {
         .expect("kube-sim serves");
     let project = dev_env_tests::Project::new(&host);
     let name = project.name.clone();
+    let mut cleanup = dev_env_tests::DockerCleanup::default();
+    cleanup.images.push(format!("{host}/{name}/static:dev"));
     std::fs::copy(registry.ca(), project.root().join("registry-ca.pem")).unwrap();
     std::fs::write(
         project.config_path(),
@@ -311,17 +314,23 @@ fn an_existing_cluster_pulls_from_a_private_registry_through_the_pull_secret() {
             "name: {name}\nregistry: {{external: '{host}', caFile: registry-ca.pem, pullSecret: true}}\n\
              cluster: {{provider: existing, context: default}}\nmanifests: [manifests]\n\
              components:\n  hello:\n    image: {name}/hello\n    build: {{cargo: {{package: hello, bin: hello}}}}\n    \
-             rollout: {{kind: Deployment, namespace: it, name: hello, container: hello}}\n"
+             rollout: {{kind: Deployment, namespace: it, name: hello, container: hello}}\n               static:\n    image: {name}/static\n    build: {{docker: {{context: static, dockerfile: Dockerfile}}}}\n                 rollout: {{kind: Deployment, namespace: it, name: static, container: static}}\n"
         ),
     )
     .unwrap();
+    let deployment = |app: &str, replicas: u32| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {app}, namespace: it}}\nspec:\n  replicas: {replicas}\n  \
+             selector: {{matchLabels: {{app: {app}}}}}\n  template:\n    metadata: {{labels: {{app: {app}}}}}\n    \
+             spec: {{terminationGracePeriodSeconds: 1, containers: [{{name: {app}, image: '{host}/{name}/{app}:dev'}}]}}\n"
+        )
+    };
     project.edit(
-        "manifests/hello.yaml",
+        "manifests/apps.yaml",
         &format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: it}}\n---\n\
-             apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: hello, namespace: it}}\nspec:\n  replicas: 2\n  \
-             selector: {{matchLabels: {{app: hello}}}}\n  template:\n    metadata: {{labels: {{app: hello}}}}\n    \
-             spec: {{terminationGracePeriodSeconds: 1, containers: [{{name: hello, image: '{host}/{name}/hello:dev'}}]}}\n"
+            "apiVersion: v1\nkind: Namespace\nmetadata: {{name: it}}\n---\n{}---\n{}",
+            deployment("hello", 2),
+            deployment("static", 1)
         ),
     );
     let config = project.config_path();
@@ -378,7 +387,12 @@ fn an_existing_cluster_pulls_from_a_private_registry_through_the_pull_secret() {
         "hello/src/main.rs",
         "fn main() {\n    println!(\"hello, two\");\n}\n",
     );
-    let out = run(stored.path(), &["push-image", "hello"]);
+    let static_before = dev_env_tests::serving_image_ids(&kubeconfig, "it", "app=static");
+    project.edit(
+        "static/b.txt",
+        "b: pushed by the engine with the stored credentials\n",
+    );
+    let out = run(stored.path(), &["push-image", "hello", "static"]);
     assert!(out.status.success(), "{}", text(&out));
     let after = dev_env_tests::serving_image_ids(&kubeconfig, "it", "app=hello");
     assert_eq!(after.len(), 2, "{after:?}");
@@ -386,6 +400,9 @@ fn an_existing_cluster_pulls_from_a_private_registry_through_the_pull_secret() {
         after.iter().all(|id| !before.contains(id)),
         "{before:?} -> {after:?}"
     );
+    let static_after = dev_env_tests::serving_image_ids(&kubeconfig, "it", "app=static");
+    assert_eq!(static_after.len(), 1, "{static_after:?}");
+    assert_ne!(static_after, static_before);
 
     // Applying again changes neither the secret nor the account.
     let version =
