@@ -49,7 +49,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::reference::Reference;
-use super::registry::Registries;
+use super::registry::{Auth, Registries};
 use super::runtime::{ContainerRuntime, Exit, PullError, PulledImage};
 use crate::lock::MutexExt as _;
 use crate::meta;
@@ -313,8 +313,12 @@ fn engine_message(e: &bollard::errors::Error) -> String {
 }
 
 impl ContainerRuntime for DockerRuntime {
-    async fn pull(&self, image: &Reference) -> Result<PulledImage, PullError> {
-        self.pull_image(image).await
+    async fn pull(
+        &self,
+        image: &Reference,
+        credentials: Option<&Auth>,
+    ) -> Result<PulledImage, PullError> {
+        self.pull_image(image, credentials).await
     }
 
     fn cached(&self, image: &Reference) -> Option<PulledImage> {
