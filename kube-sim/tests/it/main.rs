@@ -12,6 +12,7 @@ mod lists;
 mod oci;
 mod openapi;
 mod ownership;
+mod private_registry;
 mod protobuf;
 mod rbac;
 mod rollout;
