@@ -21,6 +21,7 @@ mod scheduling;
 mod semantics;
 mod startup;
 mod streams;
+mod token_server;
 mod validation;
 
 use std::path::Path;

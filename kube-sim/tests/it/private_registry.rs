@@ -1,8 +1,8 @@
 //! The virtual kubelet against a private registry, as a k3s node pulls from one: Debian's distribution
-//! registry over TLS (a CA made here with rcgen) behind htpasswd auth, with credentials and the CA from
-//! `registries.yaml`, or from the pod's pull secrets (added to the `default` ServiceAccount with kubectl
-//! server-side apply and copied into pods by the ServiceAccount admission). Pods are created, waited on
-//! and read with kubectl.
+//! registry over TLS (a CA made here with rcgen) behind htpasswd auth or a token server, with credentials
+//! and the CA from `registries.yaml`, or from the pod's pull secrets (added to the `default`
+//! ServiceAccount with kubectl server-side apply and copied into pods by the ServiceAccount admission).
+//! Pods are created, waited on and read with kubectl.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -12,6 +12,7 @@ use kube_sim::kubelet::Registries;
 use kube_sim::{Config, Sim};
 
 use crate::oci::{Options, Registry, ServingCert};
+use crate::token_server::{self, TokenServer};
 use crate::{DEADLINE, apply, kubectl_at, kubectl_ok};
 
 /// The user the registry accepts.
@@ -436,5 +437,81 @@ async fn the_admission_copies_a_service_accounts_pull_secrets_whose_list_apply_o
         )
         .await,
         r#"[{"name":"third"}]"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_behind_a_token_server_is_pulled_with_a_token_for_the_pull_secrets_credentials()
+{
+    let pki = Pki::new("kube-sim-test-ca");
+    let tokens = TokenServer::start(USER, PASSWORD).await;
+    let registry = Registry::start_with(Options {
+        tls: Some(pki.serving()),
+        auth_config: tokens.auth_config(),
+        authorization: Some(format!(
+            "Bearer {}",
+            tokens.token("team/app", &["pull", "push"])
+        )),
+    })
+    .await;
+    let digest = registry.push("team/app", "v1", &[]).await;
+    let host = registry.host();
+    let sim = sim_with(&format!(
+        "configs:\n  \"{host}\":\n    tls: {}\n",
+        ca_file_yaml(&pki.ca())
+    ))
+    .await;
+    let image = format!("{host}/team/app:v1");
+
+    // An anonymous token grants nothing: asked once more, then refused in the registry's words.
+    create_pod(&sim, "anonymous", &image, &[]).await;
+    assert_eq!(
+        until_pull_fails(&sim, "anonymous", &image).await,
+        format!(
+            "rpc error: code = Unknown desc = failed to pull and unpack image \"{image}\": failed to resolve \
+             reference \"{image}\": pull access denied, repository does not exist or may require \
+             authorization: server message: insufficient_scope: authorization failed"
+        )
+    );
+    assert!(
+        tokens
+            .asked()
+            .iter()
+            .all(|a| a.method == "GET" && !a.with_credentials),
+        "{:?}",
+        tokens.asked()
+    );
+
+    kubectl_ok(
+        &sim,
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            "regcred",
+            &format!("--docker-server={host}"),
+            &format!("--docker-username={}", tokens.user),
+            &format!("--docker-password={}", tokens.password),
+        ],
+    )
+    .await;
+    let before = tokens.asked().len();
+    create_pod(&sim, "authorized", &image, &["regcred"]).await;
+    assert_eq!(
+        until_running(&sim, "authorized").await,
+        format!("{host}/team/app@{digest}")
+    );
+    // With a secret, the OAuth2 POST comes first; this server refuses it, so the token is fetched
+    // with GET and Basic credentials, for the repository's pull scope.
+    let asked = tokens.asked().split_off(before);
+    assert_eq!(asked[0].method, "POST", "{asked:?}");
+    let get = &asked[1];
+    assert!(get.method == "GET" && get.with_credentials, "{asked:?}");
+    assert_eq!(
+        get.query,
+        format!(
+            "scope=repository%3Ateam%2Fapp%3Apull&service={}",
+            token_server::SERVICE
+        )
     );
 }
