@@ -4,6 +4,7 @@
 mod binary;
 mod collect;
 mod docker_kubelet;
+mod docker_pull_auth;
 mod images;
 mod kube_rs;
 mod kubectl;

@@ -16,20 +16,20 @@ use crate::token_server::{self, TokenServer};
 use crate::{DEADLINE, apply, kubectl_at, kubectl_ok};
 
 /// The user the registry accepts.
-const USER: &str = "puller";
+pub(crate) const USER: &str = "puller";
 /// Its password.
-const PASSWORD: &str = "s3cret-pull";
+pub(crate) const PASSWORD: &str = "s3cret-pull";
 
 /// The name pods give the registry; only `registries.yaml` maps it onto the loopback endpoint.
 const PRIVATE: &str = "registry.test:5000";
 
 /// A CA and a serving certificate for `127.0.0.1` and `localhost` signed by it, in a directory.
-struct Pki {
+pub(crate) struct Pki {
     dir: tempfile::TempDir,
 }
 
 impl Pki {
-    fn new(name: &str) -> Pki {
+    pub(crate) fn new(name: &str) -> Pki {
         use rcgen::{
             BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
             KeyPair, KeyUsagePurpose,
@@ -80,7 +80,7 @@ fn basic(user: &str, password: &str) -> String {
 }
 
 /// A registry over TLS with the PKI's certificate, accepting [`USER`] through an htpasswd file.
-async fn secure_registry(pki: &Pki) -> Registry {
+pub(crate) async fn secure_registry(pki: &Pki) -> Registry {
     let hash = bcrypt::hash(PASSWORD, 5).unwrap();
     let htpasswd = pki.dir.path().join("htpasswd");
     std::fs::write(&htpasswd, format!("{USER}:{hash}\n")).unwrap();
@@ -104,7 +104,7 @@ async fn sim_with(registries_yaml: &str) -> Sim {
 }
 
 /// Creates a pod of one container through `kubectl apply --server-side`.
-async fn create_pod(sim: &Sim, name: &str, image: &str, pull_secrets: &[&str]) {
+pub(crate) async fn create_pod(sim: &Sim, name: &str, image: &str, pull_secrets: &[&str]) {
     let secrets: String = pull_secrets
         .iter()
         .map(|s| format!("\n  - name: {s}"))
@@ -124,7 +124,7 @@ async fn create_pod(sim: &Sim, name: &str, image: &str, pull_secrets: &[&str]) {
 }
 
 /// `kubectl get pod <name> -o jsonpath=<path>`.
-async fn jsonpath(sim: &Sim, name: &str, path: &str) -> String {
+pub(crate) async fn jsonpath(sim: &Sim, name: &str, path: &str) -> String {
     kubectl_ok(
         sim,
         &["get", "pod", name, "-o", &format!("jsonpath={path}")],
@@ -149,7 +149,7 @@ async fn until(sim: &Sim, name: &str, path: &str, done: impl Fn(&str) -> bool) -
 }
 
 /// Waits until the pod's container runs; returns its `imageID`.
-async fn until_running(sim: &Sim, name: &str) -> String {
+pub(crate) async fn until_running(sim: &Sim, name: &str) -> String {
     until(sim, name, "{.status.phase}", |p| p == "Running").await;
     jsonpath(sim, name, "{.status.containerStatuses[0].imageID}").await
 }
@@ -171,7 +171,7 @@ async fn events(sim: &Sim, name: &str, reason: &str) -> String {
 
 /// Waits until the pod's container backs off pulling `image`; returns the pull error, which the
 /// back-off message carries (since Kubernetes 1.32) and the kubelet's `Failed` events name.
-async fn until_pull_fails(sim: &Sim, name: &str, image: &str) -> String {
+pub(crate) async fn until_pull_fails(sim: &Sim, name: &str, image: &str) -> String {
     // Reason and message in one read: the container moves on between back-offs.
     let waiting = "{.status.containerStatuses[0].state.waiting.reason}|{.status.containerStatuses[0].state.waiting.message}";
     let state = until(sim, name, waiting, |w| w.starts_with("ImagePullBackOff|")).await;
