@@ -136,12 +136,7 @@ async fn dial(authority: &str, default_port: u16) -> Result<tokio::net::TcpStrea
         Some(_) => authority.to_string(),
         None => format!("{authority}:{default_port}"),
     };
-    let target = addr.replace(['[', ']'], "");
-    let target = match target.rsplit_once(':') {
-        Some((h, p)) if h.contains(':') => format!("[{h}]:{p}"),
-        _ => target,
-    };
-    tokio::net::TcpStream::connect(&target)
+    tokio::net::TcpStream::connect(&addr)
         .await
         .map_err(|e| format!("dial tcp {addr}: {}", io_reason(&e)))
 }
@@ -350,7 +345,26 @@ pub(super) struct TlsOptions<'a> {
 }
 
 /// The rustls configuration of an endpoint host; `Err` says in containerd's words which file failed.
+/// Hosts without settings share one configuration per verification mode, made once.
 pub(super) fn client_config(options: &TlsOptions<'_>) -> Result<Arc<ClientConfig>, String> {
+    static VERIFYING: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    static ACCEPTING: OnceLock<Arc<ClientConfig>> = OnceLock::new();
+    if options.settings.is_some() {
+        return build_client_config(options);
+    }
+    let shared = if options.skip_verify_by_default {
+        &ACCEPTING
+    } else {
+        &VERIFYING
+    };
+    if let Some(config) = shared.get() {
+        return Ok(config.clone());
+    }
+    let config = build_client_config(options)?;
+    Ok(shared.get_or_init(|| config).clone())
+}
+
+fn build_client_config(options: &TlsOptions<'_>) -> Result<Arc<ClientConfig>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
