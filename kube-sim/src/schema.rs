@@ -88,6 +88,9 @@ impl<'a> Node<'a> {
                 let (parent, last) = self.last_two();
                 let keys: &[&str] = match (parent, last) {
                     (_, "containers" | "initContainers" | "ephemeralContainers") => &["name"],
+                    // A ServiceAccount's `imagePullSecrets` (at the root) is atomic; its `secrets` a map.
+                    ("", "imagePullSecrets") => return ListType::Atomic,
+                    ("", "secrets") => &["name"],
                     (
                         _,
                         "env" | "volumes" | "imagePullSecrets" | "resourceClaims"
@@ -128,6 +131,8 @@ impl<'a> Node<'a> {
             (_, "containers" | "initContainers" | "ephemeralContainers") => {
                 PatchStrategy::MergeKey("name")
             }
+            ("", "imagePullSecrets") => PatchStrategy::Replace,
+            ("", "secrets") => PatchStrategy::MergeKey("name"),
             (_, "env" | "volumes" | "imagePullSecrets" | "resourceClaims" | "schedulingGates") => {
                 PatchStrategy::MergeKey("name")
             }

@@ -6,7 +6,10 @@
 //! - Pulls go through the engine, which resolves names on its own (host) side. A registry mirror the node
 //!   reaches under an in-network name (`dev-env-registry:5000`) is pulled through another mirror key on
 //!   the engine's loopback with the same endpoint (`localhost:36099`), or through a loopback endpoint.
-//!   `imageID` is the name as written with the repo digest the engine recorded.
+//!   `imageID` is the name as written with the repo digest the engine recorded. The engine is given the
+//!   kubelet's credentials for the image (from the pod's pull secrets), or else the `auth` that
+//!   `registries.yaml` has for the registry's endpoints; it trusts loopback registries as insecure, so
+//!   one serving TLS on 127.0.0.1 needs no CA.
 //! - Each pod container is one Docker container on the configured network, named
 //!   `k8s_<container>_<pod>_<namespace>_<uid8>` and labelled with the pod, the node and the configured
 //!   labels. Containers of a pod do not share a network namespace: the pod IP is the address of the
@@ -49,7 +52,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::reference::Reference;
-use super::registry::Registries;
+use super::registry::{Auth, Registries};
 use super::runtime::{ContainerRuntime, Exit, PullError, PulledImage};
 use crate::lock::MutexExt as _;
 use crate::meta;
@@ -313,8 +316,12 @@ fn engine_message(e: &bollard::errors::Error) -> String {
 }
 
 impl ContainerRuntime for DockerRuntime {
-    async fn pull(&self, image: &Reference) -> Result<PulledImage, PullError> {
-        self.pull_image(image).await
+    async fn pull(
+        &self,
+        image: &Reference,
+        credentials: Option<&Auth>,
+    ) -> Result<PulledImage, PullError> {
+        self.pull_image(image, credentials).await
     }
 
     fn cached(&self, image: &Reference) -> Option<PulledImage> {

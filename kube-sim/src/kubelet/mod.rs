@@ -7,8 +7,9 @@
 //!    `ContainerCreating` with `imageID: ""`, `hostIP`, `podIP`, `startTime`.
 //! 2. Pods whose non-optional configMap or secret volumes are missing stay in `ContainerCreating`.
 //! 3. Each container's image is resolved by the [`ContainerRuntime`] (the virtual one asks the registry
-//!    over the OCI distribution API). Failures show `ErrImagePull`, then `ImagePullBackOff` until the
-//!    back-off passes; an unparsable name shows `InvalidImageName`.
+//!    over the OCI distribution API), with the credentials the pod's `imagePullSecrets` hold for it (see
+//!    [`keyring`]). Failures show `ErrImagePull`, then `ImagePullBackOff` until the back-off passes; an
+//!    unparsable name shows `InvalidImageName`.
 //! 4. Missing configMaps or secrets named by `env`/`envFrom` show `CreateContainerConfigError`.
 //! 5. The container starts: `running.startedAt`, `started`, `containerID`, `imageID` (the normalised
 //!    name with the manifest digest), phase `Running`, a log line. It becomes ready after `ready_delay`
@@ -22,6 +23,7 @@
 //! `max_pods` pods of capacity, and runs the pods the scheduler binds to them; it never binds pods itself.
 
 pub mod docker;
+pub mod keyring;
 mod lifecycle;
 pub mod logs;
 mod node;
@@ -50,7 +52,7 @@ use crate::store::{self, SharedEvent, Store};
 pub use logs::Logs;
 pub use node::NodeIdentity;
 pub use reference::Reference;
-pub use registry::Registries;
+pub use registry::{Auth, HostConfig, Registries, Tls};
 pub use runtime::{ContainerRuntime, VirtualRuntime};
 pub use status::image_ids;
 
@@ -104,7 +106,7 @@ pub struct Config {
     pub termination_delay: Duration,
     /// How long one registry request may take.
     pub pull_timeout: Duration,
-    /// Registry mirrors.
+    /// Registry mirrors, and per-host credentials and TLS settings (k3s' `registries.yaml`).
     pub registries: Registries,
 }
 

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
+use super::keyring;
 use super::lifecycle::{missing_config_reference, missing_volume_source};
 use super::reference::Reference;
 use super::runtime::{self, ContainerRuntime, PulledImage};
@@ -254,7 +255,7 @@ pub(super) async fn start_container<R: ContainerRuntime>(
             return;
         }
     };
-    let Some(pulled) = pull_image(k, run, i, &image, &reference).await else {
+    let Some(pulled) = pull_image(k, run, i, pod, &reference).await else {
         return;
     };
     if let Some(message) = missing_config_reference(&k.store, pod, &run.containers[i].spec) {
@@ -287,56 +288,37 @@ pub(super) async fn start_container<R: ContainerRuntime>(
     mark_running(k, run, i, id, pulled, exit_tx);
 }
 
-/// The image of container `i` as its pull policy allows (pulls one at a time), or `None` with the container
-/// in `ErrImagePull` and its back-off set.
+/// The image of container `i` as its pull policy allows (pulls one at a time, with the pod's pull
+/// secrets), or `None` with the container in `ErrImagePull` and its back-off set.
 async fn pull_image<R: ContainerRuntime>(
     k: &Arc<Kubelet<R>>,
     run: &mut PodRun,
     i: usize,
-    image: &str,
+    pod: &Value,
     reference: &Reference,
 ) -> Option<PulledImage> {
     let cfg = &k.config;
+    let image = run.containers[i].image().to_string();
     let policy = run.containers[i].spec["imagePullPolicy"]
         .as_str()
-        .unwrap_or_else(|| crate::defaults::default_pull_policy(image))
+        .unwrap_or_else(|| crate::defaults::default_pull_policy(&image))
         .to_string();
+    let secrets = keyring::pull_secrets(&k.store, pod);
+    if !secrets.missing.is_empty() {
+        let message = keyring::missing_message(&secrets.missing);
+        event(
+            k,
+            run,
+            "Warning",
+            "FailedToRetrieveImagePullSecret",
+            &message,
+        );
+    }
     let serial = k.pulls.lock().await;
     let cached = k.runtime.cached(reference);
     let pulled = match (policy.as_str(), cached) {
         ("Always", _) | (_, None) if policy != "Never" => {
-            container_event(k, run, i, "Pulling", &format!("Pulling image \"{image}\""));
-            let started = Instant::now();
-            tokio::time::sleep(cfg.pull_delay).await;
-            match k.runtime.pull(reference).await {
-                Ok(p) => {
-                    run.containers[i].pull_failures = 0;
-                    let took = humanize(started.elapsed());
-                    let message = format!(
-                        "Successfully pulled image \"{image}\" in {took} ({took} including waiting)"
-                    );
-                    container_event(k, run, i, "Pulled", &message);
-                    p
-                }
-                Err(e) => {
-                    let c = &mut run.containers[i];
-                    c.pull_failures += 1;
-                    tracing::debug!(pod = %run.name, container = %c.name, error = %e, "image pull failed");
-                    c.stage = Stage::PullFailed {
-                        message: e.message.clone(),
-                    };
-                    c.next = Some(Instant::now() + cfg.backoff(c.pull_failures) / 2);
-                    event(
-                        k,
-                        run,
-                        "Warning",
-                        "Failed",
-                        &format!("Failed to pull image \"{image}\": {}", e.message),
-                    );
-                    event(k, run, "Warning", "Failed", "Error: ErrImagePull");
-                    return None;
-                }
-            }
+            fetch(k, run, i, reference, &secrets.secrets).await?
         }
         (_, Some(p)) => {
             let message = format!("Container image \"{image}\" already present on machine");
@@ -356,6 +338,58 @@ async fn pull_image<R: ContainerRuntime>(
     };
     drop(serial);
     Some(pulled)
+}
+
+/// Pulls the image of container `i` with the credentials the pod's pull secrets hold for it, recording the
+/// outcome as the kubelet's events; `None` leaves the container in `ErrImagePull` with its back-off set.
+async fn fetch<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    i: usize,
+    reference: &Reference,
+    secrets: &[Value],
+) -> Option<PulledImage> {
+    let cfg = &k.config;
+    let image = run.containers[i].image().to_string();
+    container_event(k, run, i, "Pulling", &format!("Pulling image \"{image}\""));
+    let started = Instant::now();
+    tokio::time::sleep(cfg.pull_delay).await;
+    let pulled = match keyring::Keyring::from_secrets(secrets) {
+        Ok(keyring) => {
+            let credentials = keyring.lookup(&reference.name());
+            keyring::pull_with(&k.runtime, reference, &credentials).await
+        }
+        Err(message) => Err(runtime::PullError { message }),
+    };
+    match pulled {
+        Ok(p) => {
+            run.containers[i].pull_failures = 0;
+            let took = humanize(started.elapsed());
+            let message = format!(
+                "Successfully pulled image \"{image}\" in {took} ({took} including waiting)"
+            );
+            container_event(k, run, i, "Pulled", &message);
+            Some(p)
+        }
+        Err(e) => {
+            let c = &mut run.containers[i];
+            c.pull_failures += 1;
+            tracing::debug!(pod = %run.name, container = %c.name, error = %e, "image pull failed");
+            c.stage = Stage::PullFailed {
+                message: e.message.clone(),
+            };
+            c.next = Some(Instant::now() + cfg.backoff(c.pull_failures) / 2);
+            event(
+                k,
+                run,
+                "Warning",
+                "Failed",
+                &format!("Failed to pull image \"{image}\": {}", e.message),
+            );
+            event(k, run, "Warning", "Failed", "Error: ErrImagePull");
+            None
+        }
+    }
 }
 
 /// Records container `i` as running under `id` and starts waiting for it to exit.

@@ -1,25 +1,38 @@
-//! Image resolution against real registries over the OCI distribution API, with mirrors configured like
-//! k3s' `registries.yaml`.
+//! Image resolution against real registries over the OCI distribution API, as containerd's resolver does
+//! it (`core/remotes/docker/resolver.go`), with mirrors, credentials and TLS configured like k3s'
+//! `registries.yaml` (see [`config`]).
 //!
-//! A mirror changes only where the image is fetched from; the image keeps its name. Endpoints are tried in
-//! order: the host's mirror endpoints (or those of the `"*"` mirror when the host has none), then the
-//! registry itself (`https://<host>`, plain HTTP for `localhost` and loopback addresses,
-//! `registry-1.docker.io` for `docker.io`). Only plain HTTP endpoints are reachable; HTTPS ones fail as
-//! unreachable.
+//! A mirror changes only where the image is fetched from; the image keeps its name, and requests to a
+//! mirror carry it as `?ns=<registry>`. Endpoints are tried in order: the host's mirror endpoints (or those
+//! of the `"*"` mirror), then the registry itself (`https://<host>`; `http://` for `localhost` and loopback
+//! addresses, `registry-1.docker.io` for `docker.io`). As containerd's host configuration has it, an
+//! `http://` endpoint whose host has `tls` settings, and a loopback registry's own endpoint (its
+//! certificate unchecked unless its host has `tls` settings), are asked over TLS first and in the clear
+//! when the server answers the handshake in HTTP; port 80 is always plain.
+//!
+//! Requests go anonymous until a `401` asks for credentials (see [`auth`]): the pull's own (the kubelet's,
+//! from the pod's pull secrets) or else the endpoint host's `auth` in `configs`. When every endpoint
+//! fails, the error is the most telling one, ranked as containerd ranks them: an error status over "not
+//! found" over a failed request.
+
+mod auth;
+mod config;
+mod transport;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Method, Request, StatusCode, header};
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
-use serde::Deserialize;
+use http::{Method, StatusCode, header};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+pub use auth::Credentials;
+pub use config::{Auth, HostConfig, Mirror, Registries, Tls, WILDCARD, is_loopback};
+
 use super::reference::{DEFAULT_DOMAIN, Reference};
+use auth::{Authorizer, Refusal, go_method};
+use config::{port, split_url};
+use transport::{Request, Response, TlsOptions, Transport, status_text};
 
 /// The manifest media types a pull accepts, as containerd sends them.
 pub const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.index.v1+json, \
@@ -27,10 +40,16 @@ application/vnd.docker.distribution.manifest.list.v2+json, \
 application/vnd.oci.image.manifest.v1+json, \
 application/vnd.docker.distribution.manifest.v2+json";
 
-/// The largest manifest or image config read.
-const MAX_DOCUMENT: usize = 4 * 1024 * 1024;
+/// The `User-Agent` of registry requests.
+const USER_AGENT: &str = "containerd/kube-sim";
 
-/// Reading the registry configuration or resolving an image failed.
+/// How many times one request is sent (containerd's `maxAttempts`), answering challenges in between.
+const MAX_ATTEMPTS: u32 = 5;
+
+/// How many redirects one request follows (Go's `http.Client`).
+const MAX_REDIRECTS: usize = 10;
+
+/// Reading the registry configuration or resolving an image failed; messages are containerd's.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The configuration file could not be read.
@@ -51,50 +70,43 @@ pub enum Error {
         /// The reference, normalised.
         reference: String,
     },
-    /// Every endpoint failed; the message is the last failure.
+    /// A request could not be made (`Head "<url>": dial tcp …`, `…: tls: failed to verify certificate: …`).
     #[error("failed to do request: {0}")]
     Request(String),
+    /// Credentials were missing or refused (containerd's `ErrInvalidAuthorization`).
+    #[error("pull access denied, repository does not exist or may require authorization: {0}")]
+    Denied(String),
+    /// The registry answered with an error status.
+    #[error("unexpected status from {method} request to {url}: {status}")]
+    Status {
+        /// The method of the request.
+        method: Method,
+        /// The URL of the request.
+        url: String,
+        /// `401 Unauthorized`.
+        status: String,
+    },
+    /// A request could not be authorized (the token server refused or failed).
+    #[error("failed to authorize: {0}")]
+    Authorize(String),
+    /// The endpoint's TLS settings or the pull's credentials are unusable.
+    #[error("{0}")]
+    Config(String),
     /// The registry answered with something that is not a usable manifest or config.
     #[error("{0}")]
     Invalid(String),
 }
 
-/// A k3s-style `registries.yaml`: `mirrors` by registry host (or `"*"`), `configs` by endpoint host.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-pub struct Registries {
-    /// Mirrors by registry host.
-    #[serde(default)]
-    pub mirrors: BTreeMap<String, Mirror>,
-    /// Per-host settings; only `auth` with a username and password is used.
-    #[serde(default)]
-    pub configs: BTreeMap<String, HostConfig>,
-}
-
-/// The endpoints of a mirror.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-pub struct Mirror {
-    /// Endpoint URLs, tried in order.
-    #[serde(default)]
-    pub endpoint: Vec<String>,
-}
-
-/// Settings of one endpoint host.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-pub struct HostConfig {
-    /// Basic credentials.
-    #[serde(default)]
-    pub auth: Option<Auth>,
-}
-
-/// Basic credentials for an endpoint.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-pub struct Auth {
-    /// The user name.
-    #[serde(default)]
-    pub username: Option<String>,
-    /// The password.
-    #[serde(default)]
-    pub password: Option<String>,
+impl Error {
+    /// How telling the error is, as containerd's resolver ranks them: the most telling of all endpoints'
+    /// errors is reported, the first of equals.
+    fn priority(&self) -> u8 {
+        match self {
+            Error::Status { .. } => 3,
+            Error::NotFound { .. } => 2,
+            _ => 1,
+        }
+    }
 }
 
 /// What a pull learnt about an image.
@@ -107,114 +119,158 @@ pub struct Resolved {
 }
 
 impl Registries {
-    /// Parses `registries.yaml` text; an empty document means no mirrors.
-    pub fn from_yaml(text: &str) -> Result<Registries, Error> {
-        if text.trim().is_empty() {
-            return Ok(Registries::default());
-        }
-        Ok(serde_yaml::from_str(text)?)
-    }
-
-    /// Reads `registries.yaml`.
-    pub fn load(path: &Path) -> Result<Registries, Error> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Registries::from_yaml(&text)
-    }
-
-    /// The base URLs (ending in `/v2`) to try for a registry host, in order.
-    pub fn endpoints(&self, host: &str) -> Vec<String> {
-        let mirror = self.mirrors.get(host).or_else(|| self.mirrors.get("*"));
-        let mut out: Vec<String> = mirror
-            .map(|m| m.endpoint.iter().map(|e| with_v2(e)).collect())
-            .unwrap_or_default();
-        let default = if host == DEFAULT_DOMAIN {
-            "https://registry-1.docker.io/v2".to_string()
-        } else if is_loopback(host) {
-            format!("http://{host}/v2")
-        } else {
-            format!("https://{host}/v2")
-        };
-        if !out.contains(&default) {
-            out.push(default);
-        }
-        out
-    }
-
-    fn auth_for(&self, authority: &str) -> Option<String> {
-        use base64::Engine as _;
-        let auth = self.configs.get(authority)?.auth.as_ref()?;
-        let user = auth.username.as_deref()?;
-        let pass = auth.password.as_deref().unwrap_or("");
-        Some(format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pass}"))
-        ))
-    }
-
-    /// Resolves a reference to its manifest digest and reads its config labels.
+    /// Resolves a reference to its manifest digest and reads its config labels; `credentials` are the
+    /// pull's own (the CRI's `AuthConfig`), used at every endpoint instead of `configs`' `auth`.
+    /// `timeout` bounds each endpoint.
     pub async fn resolve(
         &self,
         reference: &Reference,
+        credentials: Option<&Auth>,
         timeout: Duration,
     ) -> Result<Resolved, Error> {
-        let mut last = None;
-        let mut not_found = false;
-        for base in self.endpoints(&reference.domain) {
-            match tokio::time::timeout(timeout, self.resolve_at(&base, reference)).await {
-                Ok(Ok(r)) => return Ok(r),
-                Ok(Err(Error::NotFound { .. })) => not_found = true,
-                Ok(Err(e)) => last = Some(e),
-                Err(_) => {
-                    last = Some(Error::Request(format!(
-                        "Head \"{base}/{}/manifests/{}\": context deadline exceeded",
-                        reference.path,
-                        reference.lookup()
+        let mut endpoints = self
+            .endpoints(&reference.domain)
+            .iter()
+            .map(|base| self.endpoint(base, reference, credentials))
+            .collect::<Result<Vec<_>, Error>>()?;
+        let mut most_telling: Option<Error> = None;
+        for endpoint in &mut endpoints {
+            let outcome = tokio::time::timeout(timeout, endpoint.resolve(reference))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(Error::Request(format!(
+                        "Head {:?}: context deadline exceeded",
+                        endpoint.manifest_url(reference)
                     )))
+                });
+            match outcome {
+                Ok(resolved) => return Ok(resolved),
+                Err(e)
+                    if most_telling
+                        .as_ref()
+                        .is_none_or(|m| e.priority() > m.priority()) =>
+                {
+                    most_telling = Some(e)
                 }
+                Err(e) => tracing::debug!(error = %e, "a less telling endpoint failure"),
             }
         }
-        if not_found {
-            return Err(Error::NotFound {
-                reference: reference.familiar_with_tag(),
-            });
-        }
-        Err(last.unwrap_or_else(|| Error::Request("no endpoint".into())))
+        Err(most_telling.unwrap_or_else(|| Error::NotFound {
+            reference: reference.familiar_with_tag(),
+        }))
     }
 
-    async fn resolve_at(&self, base: &str, reference: &Reference) -> Result<Resolved, Error> {
-        let url = format!("{base}/{}/manifests/{}", reference.path, reference.lookup());
-        let head = self.request(Method::HEAD, &url, MANIFEST_ACCEPT).await?;
-        let digest = match head.status {
-            StatusCode::OK => head.header("docker-content-digest"),
+    /// An endpoint of a pull: how it is spoken to (see the module docs), and with which credentials.
+    fn endpoint(
+        &self,
+        base: &str,
+        reference: &Reference,
+        credentials: Option<&Auth>,
+    ) -> Result<Endpoint, Error> {
+        let (scheme, authority, path) =
+            split_url(base).ok_or_else(|| Error::Config(format!("invalid endpoint {base:?}")))?;
+        let config = self.host_config(authority);
+        let settings = config.and_then(|c| c.tls.as_ref());
+        let own_loopback =
+            is_loopback(&reference.domain) && base == format!("http://{}/v2", reference.domain);
+        let port_80 = port(authority) == Some("80");
+        let tls_first = scheme == "http" && !port_80 && (settings.is_some() || own_loopback);
+        let tls = if scheme == "https" || tls_first {
+            let options = TlsOptions {
+                settings,
+                skip_verify_by_default: own_loopback,
+            };
+            Some(transport::client_config(&options).map_err(Error::Config)?)
+        } else {
+            None
+        };
+        let scheme = if tls_first { "https" } else { scheme };
+        let proxied = authority != reference.domain
+            && !(reference.domain == DEFAULT_DOMAIN && authority == "registry-1.docker.io");
+        let credentials = match credentials {
+            Some(own) => own.credentials(),
+            None => config
+                .and_then(|c| c.auth.as_ref())
+                .map(Auth::credentials)
+                .unwrap_or_else(|| Ok(Credentials::default())),
+        };
+        Ok(Endpoint {
+            base: format!("{scheme}://{authority}{path}"),
+            namespace: proxied.then(|| reference.domain.clone()),
+            transport: Transport::new(tls, tls_first),
+            authorizer: Authorizer::new(authority, credentials, &reference.path),
+        })
+    }
+}
+
+/// One endpoint of one pull.
+struct Endpoint {
+    /// `https://host:port/v2`.
+    base: String,
+    /// The registry the image is named by, for a mirror (`?ns=`).
+    namespace: Option<String>,
+    transport: Transport,
+    authorizer: Authorizer,
+}
+
+/// A response and the request that got it (after redirects and a `HEAD` turned `GET`).
+struct Reply {
+    response: Response,
+    method: Method,
+    url: String,
+}
+
+impl Reply {
+    fn status_error(&self) -> Error {
+        Error::Status {
+            method: self.method.clone(),
+            url: self.url.clone(),
+            status: status_text(self.response.status),
+        }
+    }
+}
+
+impl Endpoint {
+    /// The URL of `<repository>/<tail>` at this endpoint.
+    fn url(&self, reference: &Reference, tail: &str) -> String {
+        let url = format!("{}/{}/{tail}", self.base, reference.path);
+        match &self.namespace {
+            Some(ns) => format!("{url}?{}", auth::encode_form(&[("ns", ns)])),
+            None => url,
+        }
+    }
+
+    fn manifest_url(&self, reference: &Reference) -> String {
+        self.url(reference, &format!("manifests/{}", reference.lookup()))
+    }
+
+    /// The manifest digest (from `HEAD`, or the manifest itself) and the image config's labels.
+    async fn resolve(&mut self, reference: &Reference) -> Result<Resolved, Error> {
+        let head = self
+            .send(Method::HEAD, &self.manifest_url(reference), MANIFEST_ACCEPT)
+            .await?;
+        let digest = match head.response.status {
+            s if s.is_success() => head.response.header("docker-content-digest"),
             StatusCode::NOT_FOUND => {
                 return Err(Error::NotFound {
                     reference: reference.familiar_with_tag(),
                 });
             }
-            s => {
-                return Err(Error::Request(format!(
-                    "Head \"{url}\": unexpected status {s}"
-                )));
-            }
+            _ => return Err(head.status_error()),
         };
         // The manifest itself: by digest when the registry named it, to read the config.
         let get_url = match &digest {
-            Some(d) => format!("{base}/{}/manifests/{d}", reference.path),
-            None => url.clone(),
+            Some(d) => self.url(reference, &format!("manifests/{d}")),
+            None => self.manifest_url(reference),
         };
-        let manifest = self.request(Method::GET, &get_url, MANIFEST_ACCEPT).await?;
-        if manifest.status != StatusCode::OK {
-            return Err(Error::Request(format!(
-                "Get \"{get_url}\": unexpected status {}",
-                manifest.status
-            )));
+        let manifest = self.send(Method::GET, &get_url, MANIFEST_ACCEPT).await?;
+        if !manifest.response.status.is_success() {
+            return Err(manifest.status_error());
         }
-        let digest = digest.unwrap_or_else(|| sha256_digest(&manifest.body));
+        let body = manifest.response.body;
+        let digest = digest.unwrap_or_else(|| sha256_digest(&body));
         let labels = self
-            .config_labels(base, reference, &manifest.body)
+            .config_labels(reference, &body)
             .await
             .unwrap_or_else(|e| {
                 tracing::debug!(image = %reference.familiar_with_tag(), error = %e, "no image config labels");
@@ -225,8 +281,7 @@ impl Registries {
 
     /// The labels of the image config, following an index to its linux/amd64 (or first) manifest.
     async fn config_labels(
-        &self,
-        base: &str,
+        &mut self,
         reference: &Reference,
         manifest: &[u8],
     ) -> Result<BTreeMap<String, String>, Error> {
@@ -243,21 +298,21 @@ impl Registries {
                 .and_then(|m| m["digest"].as_str())
                 .ok_or_else(|| Error::Invalid("empty image index".into()))?
                 .to_string();
-            let url = format!("{base}/{}/manifests/{pick}", reference.path);
-            let r = self.request(Method::GET, &url, MANIFEST_ACCEPT).await?;
-            doc = serde_json::from_slice(&r.body)
+            let url = self.url(reference, &format!("manifests/{pick}"));
+            let r = self.send(Method::GET, &url, MANIFEST_ACCEPT).await?;
+            doc = serde_json::from_slice(&r.response.body)
                 .map_err(|e| Error::Invalid(format!("manifest is not JSON: {e}")))?;
         }
         let config = doc
             .pointer("/config/digest")
             .and_then(Value::as_str)
             .ok_or_else(|| Error::Invalid("manifest has no config".into()))?;
-        let url = format!("{base}/{}/blobs/{config}", reference.path);
-        let r = self.request(Method::GET, &url, "*/*").await?;
-        if r.status != StatusCode::OK {
-            return Err(Error::Invalid(format!("config blob: status {}", r.status)));
+        let url = self.url(reference, &format!("blobs/{config}"));
+        let r = self.send(Method::GET, &url, "*/*").await?;
+        if !r.response.status.is_success() {
+            return Err(r.status_error());
         }
-        let cfg: Value = serde_json::from_slice(&r.body)
+        let cfg: Value = serde_json::from_slice(&r.response.body)
             .map_err(|e| Error::Invalid(format!("config is not JSON: {e}")))?;
         Ok(cfg
             .pointer("/config/Labels")
@@ -270,108 +325,90 @@ impl Registries {
             .unwrap_or_default())
     }
 
-    /// One HTTP/1.1 request (following redirects a few times, as registries send blobs elsewhere).
-    async fn request(&self, method: Method, url: &str, accept: &str) -> Result<Response, Error> {
-        let mut url = url.to_string();
-        for _ in 0..4 {
-            let r = self.request_once(method.clone(), &url, accept).await?;
-            if r.status.is_redirection()
-                && let Some(location) = r.header("location")
-            {
-                url = if location.starts_with("http://") || location.starts_with("https://") {
-                    location
-                } else {
-                    let (scheme, authority, _) =
-                        split_url(&url).ok_or_else(|| Error::Request(format!("bad URL {url}")))?;
-                    format!("{scheme}://{authority}{location}")
-                };
-                continue;
+    /// A request as containerd's `doWithRetries` sends it: sent again after a `401` the authorizer can
+    /// answer (at most [`MAX_ATTEMPTS`] times in all), and as `GET` when a registry refuses `HEAD` of a
+    /// manifest with `405`.
+    async fn send(&mut self, method: Method, url: &str, accept: &str) -> Result<Reply, Error> {
+        let mut method = method;
+        let mut previous: Option<(Method, String)> = None;
+        for attempt in 1..=MAX_ATTEMPTS {
+            let reply = self.follow(method.clone(), url, accept).await?;
+            let this = Some((reply.method.clone(), reply.url.clone()));
+            let repeated = previous == this;
+            previous = this;
+            match reply.response.status {
+                StatusCode::UNAUTHORIZED => {
+                    match self.authorizer.challenged(&reply.response, repeated) {
+                        Ok(()) if attempt < MAX_ATTEMPTS => continue,
+                        Ok(()) | Err(Refusal::Unsupported) => return Ok(reply),
+                        Err(Refusal::Invalid(m)) => return Err(Error::Denied(m)),
+                        Err(Refusal::Other(m)) => return Err(Error::Config(m)),
+                    }
+                }
+                StatusCode::METHOD_NOT_ALLOWED
+                    if method == Method::HEAD && url.contains("/manifests/") =>
+                {
+                    method = Method::GET;
+                }
+                _ => return Ok(reply),
             }
-            return Ok(r);
         }
-        Err(Error::Request(format!("too many redirects for {url}")))
+        Err(Error::Request(format!(
+            "{} {url:?}: too many attempts",
+            go_method(&method)
+        )))
     }
 
-    async fn request_once(
-        &self,
-        method: Method,
-        url: &str,
-        accept: &str,
-    ) -> Result<Response, Error> {
-        let verb = if method == Method::HEAD {
-            "Head"
-        } else {
-            "Get"
-        };
-        let fail = |msg: String| Error::Request(format!("{verb} \"{url}\": {msg}"));
-        let (scheme, authority, path) = split_url(url).ok_or_else(|| fail("invalid URL".into()))?;
-        if scheme != "http" {
-            return Err(fail(
-                "https endpoints are not supported by the virtual kubelet; configure an http mirror".into(),
-            ));
-        }
-        let addr = if authority.contains(':') && !authority.ends_with(']') {
-            authority.to_string()
-        } else {
-            format!("{authority}:80")
-        };
-        let stream = tokio::net::TcpStream::connect(&addr)
-            .await
-            .map_err(|e| fail(format!("dial tcp {addr}: connect: {}", io_reason(&e))))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
-        let mut req = Request::builder()
-            .method(method.clone())
-            .uri(path)
-            .header(header::HOST, authority)
-            .header(header::ACCEPT, accept)
-            .header(header::USER_AGENT, "containerd/kube-sim");
-        if let Some(auth) = self.auth_for(authority) {
-            req = req.header(header::AUTHORIZATION, auth);
-        }
-        let req = req
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| fail(e.to_string()))?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        let status = resp.status();
-        let headers = resp.headers().clone();
-        let body = if method == Method::HEAD {
-            Bytes::new()
-        } else {
-            let limited = http_body_util::Limited::new(resp.into_body(), MAX_DOCUMENT);
-            limited
-                .collect()
+    /// One request, following redirects as Go's client does (credentials only for the endpoint's own
+    /// host).
+    async fn follow(&mut self, method: Method, url: &str, accept: &str) -> Result<Reply, Error> {
+        let mut url = url.to_string();
+        for _ in 0..=MAX_REDIRECTS {
+            let (scheme, authority, _) =
+                split_url(&url).ok_or_else(|| Error::Invalid(format!("invalid URL {url:?}")))?;
+            let (scheme, authority) = (scheme.to_string(), authority.to_string());
+            let mut headers = vec![
+                (header::ACCEPT, accept.to_string()),
+                (header::USER_AGENT, USER_AGENT.to_string()),
+            ];
+            if let Some(value) = self
+                .authorizer
+                .authorize(&authority, &self.transport)
                 .await
-                .map_err(|e| fail(e.to_string()))?
-                .to_bytes()
-        };
-        Ok(Response {
-            status,
-            headers,
-            body,
-        })
-    }
-}
-
-struct Response {
-    status: StatusCode,
-    headers: http::HeaderMap,
-    body: Bytes,
-}
-
-impl Response {
-    fn header(&self, name: &str) -> Option<String> {
-        self.headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string)
+                .map_err(Error::Authorize)?
+            {
+                headers.push((header::AUTHORIZATION, value));
+            }
+            let request = Request {
+                method: method.clone(),
+                url: url.clone(),
+                headers,
+                body: bytes::Bytes::new(),
+            };
+            let response = self.transport.send(&request).await.map_err(|cause| {
+                Error::Request(format!("{} {url:?}: {cause}", go_method(&method)))
+            })?;
+            match response.header("location") {
+                Some(location) if response.status.is_redirection() => {
+                    url = if location.contains("://") {
+                        location
+                    } else {
+                        format!("{scheme}://{authority}{location}")
+                    };
+                }
+                _ => {
+                    return Ok(Reply {
+                        response,
+                        method,
+                        url,
+                    });
+                }
+            }
+        }
+        Err(Error::Request(format!(
+            "{} {url:?}: stopped after {MAX_REDIRECTS} redirects",
+            go_method(&method)
+        )))
     }
 }
 
@@ -380,96 +417,9 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
-fn io_reason(e: &std::io::Error) -> String {
-    match e.kind() {
-        std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
-        _ => e.to_string(),
-    }
-}
-
-/// Whether the host (with an optional port) is `localhost` or a loopback address.
-fn is_loopback(host: &str) -> bool {
-    let name = match host.rsplit_once(':') {
-        Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) && !h.is_empty() => h,
-        _ => host,
-    };
-    let name = name.trim_start_matches('[').trim_end_matches(']');
-    name == "localhost"
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// An endpoint URL as a base ending in `/v2`: an empty path gets `/v2`, any other path is kept.
-fn with_v2(endpoint: &str) -> String {
-    let e = endpoint.trim_end_matches('/');
-    match split_url(e) {
-        Some((_, _, path)) if path != "/" && !path.is_empty() => e.to_string(),
-        _ => format!("{e}/v2"),
-    }
-}
-
-/// `(scheme, authority, path-and-query)` of an absolute URL.
-fn split_url(url: &str) -> Option<(&str, &str, &str)> {
-    let (scheme, rest) = url.split_once("://")?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    Some((scheme, authority, path))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mirrors_come_first_and_the_registry_itself_last() {
-        let r = Registries::from_yaml(
-            r#"
-mirrors:
-  "docker.io":
-    endpoint: ["http://clrk-registry:5000"]
-  "clrk-registry:5000":
-    endpoint: ["http://127.0.0.1:41234"]
-  "localhost:41234":
-    endpoint:
-      - http://clrk-registry:5000/
-configs:
-  "clrk-registry:5000":
-    auth: {username: u, password: p}
-"#,
-        )
-        .unwrap();
-        assert_eq!(
-            r.endpoints("docker.io"),
-            [
-                "http://clrk-registry:5000/v2",
-                "https://registry-1.docker.io/v2"
-            ]
-        );
-        assert_eq!(
-            r.endpoints("clrk-registry:5000"),
-            ["http://127.0.0.1:41234/v2", "https://clrk-registry:5000/v2"]
-        );
-        assert_eq!(
-            r.endpoints("localhost:41234"),
-            ["http://clrk-registry:5000/v2", "http://localhost:41234/v2"]
-        );
-        assert_eq!(r.endpoints("127.0.0.1:5000"), ["http://127.0.0.1:5000/v2"]);
-        assert_eq!(
-            r.auth_for("clrk-registry:5000").as_deref(),
-            Some("Basic dTpw")
-        );
-        assert_eq!(Registries::from_yaml("").unwrap(), Registries::default());
-    }
-
-    #[test]
-    fn endpoint_paths_are_kept() {
-        assert_eq!(with_v2("http://m:5000"), "http://m:5000/v2");
-        assert_eq!(with_v2("http://m:5000/v2"), "http://m:5000/v2");
-        assert_eq!(with_v2("http://m/some/path"), "http://m/some/path");
-    }
 
     #[tokio::test]
     async fn an_unreachable_registry_is_a_request_error() {
@@ -479,12 +429,69 @@ configs:
         let r = Registries::default();
         let reference = Reference::parse(&format!("127.0.0.1:{port}/x:1")).unwrap();
         let err = r
-            .resolve(&reference, Duration::from_secs(5))
+            .resolve(&reference, None, Duration::from_secs(5))
             .await
             .unwrap_err();
         assert!(
             err.to_string().contains("connection refused"),
             "unexpected error: {err}"
         );
+    }
+
+    #[test]
+    fn mirrors_are_asked_with_the_registry_as_namespace() {
+        let r = Registries::from_yaml(
+            "mirrors:\n  \"registry.test:5000\":\n    endpoint: [\"http://127.0.0.1:5001\"]\n",
+        )
+        .unwrap();
+        let reference = Reference::parse("registry.test:5000/team/app:v1").unwrap();
+        let mirror = r
+            .endpoint("http://127.0.0.1:5001/v2", &reference, None)
+            .unwrap();
+        assert_eq!(
+            mirror.manifest_url(&reference),
+            "http://127.0.0.1:5001/v2/team/app/manifests/v1?ns=registry.test%3A5000"
+        );
+        let own = r
+            .endpoint("https://registry.test:5000/v2", &reference, None)
+            .unwrap();
+        assert_eq!(
+            own.manifest_url(&reference),
+            "https://registry.test:5000/v2/team/app/manifests/v1"
+        );
+        let hub = Reference::parse("nginx").unwrap();
+        let hub_endpoint = r
+            .endpoint("https://registry-1.docker.io/v2", &hub, None)
+            .unwrap();
+        assert_eq!(
+            hub_endpoint.manifest_url(&hub),
+            "https://registry-1.docker.io/v2/library/nginx/manifests/latest"
+        );
+    }
+
+    #[test]
+    fn http_hosts_with_tls_settings_and_loopback_registries_try_tls_first() {
+        let r = Registries::from_yaml(
+            "configs:\n  \"mirror.test:5000\":\n    tls: {insecure_skip_verify: true}\n",
+        )
+        .unwrap();
+        let reference = Reference::parse("localhost:5000/app:v1").unwrap();
+        let with_tls = r
+            .endpoint("http://mirror.test:5000/v2", &reference, None)
+            .unwrap();
+        assert!(with_tls.base.starts_with("https://"), "{}", with_tls.base);
+        let plain = r
+            .endpoint("http://other.test:5000/v2", &reference, None)
+            .unwrap();
+        assert!(plain.base.starts_with("http://"), "{}", plain.base);
+        let own = r
+            .endpoint("http://localhost:5000/v2", &reference, None)
+            .unwrap();
+        assert!(own.base.starts_with("https://"), "{}", own.base);
+        let port_80 = Reference::parse("localhost:80/app:v1").unwrap();
+        let own_80 = r
+            .endpoint("http://localhost:80/v2", &port_80, None)
+            .unwrap();
+        assert!(own_80.base.starts_with("http://"), "{}", own_80.base);
     }
 }

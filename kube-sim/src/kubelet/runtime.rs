@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::reference::Reference;
-use super::registry::{self, Registries};
+use super::registry::{self, Auth, Registries};
 use crate::lock::MutexExt as _;
 
 /// The image label that makes a virtual container crash.
@@ -51,10 +51,12 @@ pub struct Exit {
 
 /// A container runtime. Futures are `Send` so a kubelet can run pods on any task.
 pub trait ContainerRuntime: Send + Sync + 'static {
-    /// Resolves (and, for a real runtime, fetches) an image.
+    /// Resolves (and, for a real runtime, fetches) an image, with the kubelet's credentials for it (the
+    /// CRI's `AuthConfig`); without them the runtime uses its own configuration's.
     fn pull(
         &self,
         image: &Reference,
+        credentials: Option<&Auth>,
     ) -> impl Future<Output = Result<PulledImage, PullError>> + Send;
 
     /// An image pulled before, for `imagePullPolicy: IfNotPresent` and `Never`.
@@ -146,9 +148,17 @@ impl VirtualRuntime {
 }
 
 impl ContainerRuntime for VirtualRuntime {
-    async fn pull(&self, image: &Reference) -> Result<PulledImage, PullError> {
+    async fn pull(
+        &self,
+        image: &Reference,
+        credentials: Option<&Auth>,
+    ) -> Result<PulledImage, PullError> {
         let shown = image.familiar_with_tag();
-        match self.registries.resolve(image, self.pull_timeout).await {
+        match self
+            .registries
+            .resolve(image, credentials, self.pull_timeout)
+            .await
+        {
             Ok(resolved) => {
                 let pulled = PulledImage {
                     image: shown.clone(),

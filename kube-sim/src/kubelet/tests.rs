@@ -12,17 +12,32 @@ use crate::store::{DeleteOptions, Deleted, ListOptions, StoreConfig, WriteOption
 const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 const DEADLINE: Duration = Duration::from_secs(10);
 
-/// Images named `missing…` fail to pull; `crash…` images carry the crash label; others resolve to DIGEST.
-/// The containers it stopped are kept in `stopped`.
+/// Images named `missing…` fail to pull; `private…` ones pull only as user `good`; `crash…` images carry
+/// the crash label; others resolve to DIGEST. The containers it stopped are kept in `stopped`, the user
+/// of every pull (`""` for anonymous ones) in `pulled_as`.
 struct FakeRuntime {
     stopped: Arc<std::sync::Mutex<Vec<String>>>,
+    pulled_as: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl ContainerRuntime for FakeRuntime {
-    async fn pull(&self, image: &Reference) -> Result<PulledImage, PullError> {
+    async fn pull(
+        &self,
+        image: &Reference,
+        credentials: Option<&Auth>,
+    ) -> Result<PulledImage, PullError> {
+        let user = credentials
+            .and_then(|c| c.username.clone())
+            .unwrap_or_default();
+        self.pulled_as.lock().unwrap().push(user.clone());
         if image.path.contains("missing") {
             return Err(PullError {
                 message: format!("{}: not found", image.familiar_with_tag()),
+            });
+        }
+        if image.path.contains("private") && user != "good" {
+            return Err(PullError {
+                message: format!("{user}: 401 Unauthorized"),
             });
         }
         let mut labels = BTreeMap::new();
@@ -74,6 +89,7 @@ struct Harness {
     store: Store,
     shutdown: watch::Sender<bool>,
     stopped: Arc<std::sync::Mutex<Vec<String>>>,
+    pulled_as: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Harness {
@@ -88,14 +104,17 @@ impl Harness {
             rx.clone(),
         ));
         let stopped = Arc::default();
+        let pulled_as = Arc::default();
         let runtime = FakeRuntime {
             stopped: Arc::clone(&stopped),
+            pulled_as: Arc::clone(&pulled_as),
         };
         tokio::spawn(run_with(store.clone(), config, runtime, rx));
         Harness {
             store,
             shutdown,
             stopped,
+            pulled_as,
         }
     }
 
@@ -488,4 +507,101 @@ fn back_off_doubles_up_to_the_cap() {
     assert_eq!(steps, [100, 200, 400, 500, 500]);
     assert_eq!(humanize(Duration::from_secs(80)), "1m20s");
     assert_eq!(humanize(Duration::from_millis(200)), "200ms");
+}
+
+/// A `kubernetes.io/dockerconfigjson` Secret with one entry per `(registry, user)`.
+fn pull_secret(name: &str, entries: &[(&str, &str)]) -> Value {
+    use base64::Engine as _;
+    let auths: serde_json::Map<String, Value> = entries
+        .iter()
+        .map(|(registry, user)| {
+            (
+                registry.to_string(),
+                json!({"username": user, "password": "p"}),
+            )
+        })
+        .collect();
+    let config = json!({"auths": auths}).to_string();
+    json!({"apiVersion": "v1", "kind": "Secret", "type": keyring::DOCKER_CONFIG_JSON,
+        "metadata": {"name": name, "namespace": "default"},
+        "data": {".dockerconfigjson": base64::engine::general_purpose::STANDARD.encode(config)}})
+}
+
+#[tokio::test]
+async fn pull_secrets_are_tried_in_keyring_order_and_a_missing_one_is_a_warning() {
+    let h = Harness::start();
+    h.store
+        .create(
+            &GroupResource::new("", "secrets"),
+            Some("default"),
+            pull_secret(
+                "creds",
+                &[
+                    ("https://registry.test:5000/v1/", "good"),
+                    ("registry.test:5000/team", "bad"),
+                ],
+            ),
+            &WriteOptions::manager("test"),
+        )
+        .unwrap();
+    let mut spec = bound("registry.test:5000/team/private:v1");
+    spec["imagePullSecrets"] = json!([{"name": "gone"}, {"name": ""}, {"name": "creds"}]);
+    h.create_pod("private", spec);
+    h.history_until("private", |p| condition(p, "Ready")["status"] == "True")
+        .await;
+    // The longer path first, then the host: the first fails, the second pulls.
+    assert_eq!(*h.pulled_as.lock().unwrap(), ["bad", "good"]);
+    let events = h
+        .store
+        .list(
+            &GroupResource::events(),
+            Some("default"),
+            &ListOptions::default(),
+        )
+        .unwrap()
+        .items;
+    let warning = events
+        .iter()
+        .find(|e| e["reason"] == "FailedToRetrieveImagePullSecret")
+        .expect("a warning names the missing secret");
+    assert_eq!(warning["type"], "Warning");
+    assert_eq!(
+        warning["message"],
+        "Unable to retrieve some image pull secrets (gone); attempting to pull the image may not succeed."
+    );
+}
+
+#[tokio::test]
+async fn a_pull_without_matching_secrets_is_anonymous_and_every_failure_is_reported() {
+    let h = Harness::start();
+    h.store
+        .create(
+            &GroupResource::new("", "secrets"),
+            Some("default"),
+            pull_secret(
+                "creds",
+                &[("elsewhere.test", "good"), ("registry.test:5000", "bad")],
+            ),
+            &WriteOptions::manager("test"),
+        )
+        .unwrap();
+    let mut spec = bound("registry.test:5000/private:v1");
+    spec["imagePullSecrets"] = json!([{"name": "creds"}]);
+    h.create_pod("denied", spec);
+    let seen = h
+        .history_until("denied", |p| waiting_reason(p) == Some("ErrImagePull"))
+        .await;
+    assert_eq!(
+        container(seen.last().unwrap())["state"]["waiting"]["message"],
+        "bad: 401 Unauthorized"
+    );
+    let mut spec = bound("other.test/private:v1");
+    spec["imagePullSecrets"] = json!([{"name": "creds"}]);
+    h.create_pod("anonymous", spec);
+    h.history_until("anonymous", |p| waiting_reason(p) == Some("ErrImagePull"))
+        .await;
+    assert_eq!(
+        h.pulled_as.lock().unwrap().last().map(String::as_str),
+        Some("")
+    );
 }

@@ -3,7 +3,7 @@
 //! service account opts out with `automountServiceAccountToken: false`, gets a projected
 //! `kube-api-access-<suffix>` volume (the token, `kube-root-ca.crt`'s `ca.crt` and the namespace)
 //! mounted read-only at [`SERVICE_ACCOUNT_PATH`] in every container and init container that does not
-//! mount something there already.
+//! mount something there already. A pod that names no `imagePullSecrets` gets its service account's.
 
 use serde_json::{Value, json};
 
@@ -29,10 +29,13 @@ pub(super) fn admit_pod(st: &State, namespace: &str, pod: &mut Value) {
         .to_string();
     spec.insert("serviceAccountName".into(), json!(account));
     spec.insert("serviceAccount".into(), json!(account));
+    let service_account = st
+        .objects
+        .get(&GroupResource::new("", "serviceaccounts"))
+        .and_then(|m| m.get(&(namespace.to_string(), account.clone())));
+    copy_image_pull_secrets(spec, service_account.map(|sa| &**sa));
     if !automounts(
-        st,
-        namespace,
-        &account,
+        service_account.map(|sa| &**sa),
         spec.get("automountServiceAccountToken"),
     ) {
         return;
@@ -56,17 +59,38 @@ pub(super) fn admit_pod(st: &State, namespace: &str, pod: &mut Value) {
 }
 
 /// Whether the token is mounted: the pod's own setting wins, then the service account's, then yes.
-fn automounts(st: &State, namespace: &str, account: &str, pod_setting: Option<&Value>) -> bool {
+fn automounts(service_account: Option<&Value>, pod_setting: Option<&Value>) -> bool {
     if let Some(Value::Bool(b)) = pod_setting {
         return *b;
     }
-    let key = (namespace.to_string(), account.to_string());
-    st.objects
-        .get(&GroupResource::new("", "serviceaccounts"))
-        .and_then(|m| m.get(&key))
+    service_account
         .and_then(|sa| sa.get("automountServiceAccountToken"))
         .and_then(Value::as_bool)
         .unwrap_or(true)
+}
+
+/// A pod without `imagePullSecrets` gets the names its service account lists (only the names, as the
+/// plugin copies `LocalObjectReference`s); a pod with some keeps its own.
+fn copy_image_pull_secrets(
+    spec: &mut serde_json::Map<String, Value>,
+    service_account: Option<&Value>,
+) {
+    let own = spec
+        .get("imagePullSecrets")
+        .and_then(Value::as_array)
+        .is_some_and(|l| !l.is_empty());
+    let Some(listed) = service_account
+        .and_then(|sa| sa.get("imagePullSecrets"))
+        .and_then(Value::as_array)
+        .filter(|l| !own && !l.is_empty())
+    else {
+        return;
+    };
+    let names: Vec<Value> = listed
+        .iter()
+        .map(|r| json!({"name": r.get("name").cloned().unwrap_or(json!(""))}))
+        .collect();
+    spec.insert("imagePullSecrets".into(), Value::Array(names));
 }
 
 /// Mounts `volume` in `container` unless something is mounted at [`SERVICE_ACCOUNT_PATH`] already.

@@ -137,7 +137,12 @@ fn main() {
 "#;
 
 /// Runs a command within a deadline; panics (never skips) when it cannot run.
-async fn run(program: &str, args: &[&str], envs: &[(&str, &str)], deadline: Duration) -> Output {
+pub(crate) async fn run(
+    program: &str,
+    args: &[&str],
+    envs: &[(&str, &str)],
+    deadline: Duration,
+) -> Output {
     let mut cmd = Command::new(program);
     cmd.args(args);
     for (k, v) in envs {
@@ -155,7 +160,7 @@ async fn run(program: &str, args: &[&str], envs: &[(&str, &str)], deadline: Dura
 }
 
 /// Runs `docker …` and requires success, returning stdout.
-async fn docker_ok(args: &[&str]) -> String {
+pub(crate) async fn docker_ok(args: &[&str]) -> String {
     let out = run("docker", args, &[("DOCKER_BUILDKIT", "0")], BUILD_DEADLINE).await;
     assert!(
         out.status.success(),
@@ -223,7 +228,7 @@ pub(crate) struct Fixture {
     id: String,
     network: String,
     gateway: String,
-    registry: Registry,
+    pub(crate) registry: Registry,
     images: Vec<String>,
     _context: tempfile::TempDir,
 }
@@ -351,6 +356,11 @@ impl Fixture {
     /// A simulator with the Docker kubelet on this network, listening on the network's gateway so pods
     /// reach the API server, with the registry mapped like the `sim` provider maps it.
     pub(crate) async fn sim(&self) -> Sim {
+        crate::start_with(self.config()).await
+    }
+
+    /// The configuration of [`Fixture::sim`].
+    pub(crate) fn config(&self) -> Config {
         let registries = self.registries_file();
         let mut config = Config::ephemeral();
         config.listen = format!("{}:0", self.gateway).parse().expect("an address");
@@ -361,7 +371,7 @@ impl Fixture {
             api_host: None,
             api_port: None,
         });
-        crate::start_with(config).await
+        config
     }
 
     /// The IDs of every container (running or not) with this test's label.

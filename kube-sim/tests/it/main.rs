@@ -4,6 +4,7 @@
 mod binary;
 mod collect;
 mod docker_kubelet;
+mod docker_pull_auth;
 mod images;
 mod kube_rs;
 mod kubectl;
@@ -12,6 +13,7 @@ mod lists;
 mod oci;
 mod openapi;
 mod ownership;
+mod private_registry;
 mod protobuf;
 mod rbac;
 mod rollout;
@@ -20,6 +22,7 @@ mod scheduling;
 mod semantics;
 mod startup;
 mod streams;
+mod token_server;
 mod validation;
 
 use std::path::Path;

@@ -1,10 +1,11 @@
 //! A real OCI distribution registry for the kubelet tests: Debian's `docker-registry` on a free loopback
-//! port with storage in a temporary directory, and images pushed with plain HTTP calls (monolithic blob
-//! uploads, then the manifest).
+//! port with storage in a temporary directory, in the clear or over TLS and behind an `auth:` section,
+//! and images pushed with plain HTTP calls (monolithic blob uploads, then the manifest).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,17 +22,47 @@ pub const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
 /// The in-network name tests give the registry, mapped onto the loopback port by `registries.yaml`.
 pub const MIRROR_NAME: &str = "clrk-registry:5000";
 
+/// How a registry is started beyond the defaults (plain HTTP, no auth).
+#[derive(Default)]
+pub struct Options {
+    /// Serve HTTPS with this certificate and key (PEM files), trusting `ca` for the test's own requests.
+    pub tls: Option<ServingCert>,
+    /// A top-level section added to the configuration (`auth: …`).
+    pub auth_config: String,
+    /// The `Authorization` header of the test's own requests (pushes).
+    pub authorization: Option<String>,
+}
+
+/// A serving certificate and the CA it is signed by, as files.
+#[derive(Clone)]
+pub struct ServingCert {
+    /// The CA certificate (PEM).
+    pub ca: PathBuf,
+    /// The serving certificate (PEM).
+    pub cert: PathBuf,
+    /// The serving key (PEM).
+    pub key: PathBuf,
+}
+
 /// A running registry, stopped on drop.
 pub struct Registry {
     child: Child,
     /// The port on 127.0.0.1.
     pub port: u16,
     dir: tempfile::TempDir,
+    /// The TLS configuration of the test's own requests, for a registry serving HTTPS.
+    tls: Option<Arc<rustls::ClientConfig>>,
+    authorization: Option<String>,
 }
 
 impl Registry {
-    /// Starts a registry and waits until `/v2/` answers.
+    /// Starts a plain HTTP registry without auth and waits until `/v2/` answers.
     pub async fn start() -> Registry {
+        Registry::start_with(Options::default()).await
+    }
+
+    /// Starts a registry with these options and waits until `/v2/` answers (`401` counts).
+    pub async fn start_with(options: Options) -> Registry {
         assert!(
             Path::new(REGISTRY_BIN).exists(),
             "the kubelet tests need a registry: install it with `apt-get install -y docker-registry` ({REGISTRY_BIN})"
@@ -42,11 +73,20 @@ impl Registry {
             .port();
         let dir = tempfile::tempdir().expect("a temporary directory");
         let config = dir.path().join("config.yml");
+        let tls_config = options.tls.as_ref().map(|t| {
+            format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                t.cert.display(),
+                t.key.display()
+            )
+        });
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
-                dir.path().join("data").display()
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n{}{}",
+                dir.path().join("data").display(),
+                tls_config.unwrap_or_default(),
+                options.auth_config,
             ),
         )
         .expect("the registry config is written");
@@ -57,10 +97,16 @@ impl Registry {
             .stderr(Stdio::null())
             .spawn()
             .expect("docker-registry starts");
-        let registry = Registry { child, port, dir };
+        let registry = Registry {
+            child,
+            port,
+            dir,
+            tls: options.tls.as_ref().map(|t| client_config(&t.ca)),
+            authorization: options.authorization,
+        };
         let ready = tokio::time::timeout(crate::DEADLINE, async {
             loop {
-                if let Ok((StatusCode::OK, _, _)) = registry
+                if let Ok((StatusCode::OK | StatusCode::UNAUTHORIZED, _, _)) = registry
                     .request(Method::GET, "/v2/", None, Bytes::new())
                     .await
                 {
@@ -205,12 +251,17 @@ impl Registry {
         let stream = tokio::net::TcpStream::connect(("127.0.0.1", self.port))
             .await
             .map_err(|e| e.to_string())?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let mut sender = match &self.tls {
+            Some(config) => {
+                let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+                let tls = tokio_rustls::TlsConnector::from(config.clone())
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                send_request(tls).await?
+            }
+            None => send_request(stream).await?,
+        };
         let mut req = Request::builder()
             .method(method)
             .uri(path)
@@ -218,6 +269,9 @@ impl Registry {
             .header(header::CONTENT_LENGTH, body.len());
         if let Some(ct) = content_type {
             req = req.header(header::CONTENT_TYPE, ct);
+        }
+        if let Some(authorization) = &self.authorization {
+            req = req.header(header::AUTHORIZATION, authorization);
         }
         let req = req.body(Full::new(body)).map_err(|e| e.to_string())?;
         let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
@@ -238,6 +292,41 @@ impl Drop for Registry {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// An HTTP/1.1 connection's request half.
+async fn send_request<S>(
+    stream: S,
+) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// A client configuration that trusts only the CA in `ca` (PEM).
+fn client_config(ca: &Path) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).expect("the CA file is read") {
+        roots
+            .add(cert.expect("a CA certificate"))
+            .expect("the CA is usable");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Arc::new(config)
 }
 
 /// `sha256:<hex>` of some bytes.

@@ -1,12 +1,13 @@
 //! Images on the engine: the name the engine pulls an image by (registry mirrors it cannot resolve replaced
 //! by loopback ones), and pulls recorded with the digest pods run.
 
+use bollard::auth::DockerCredentials;
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures::StreamExt as _;
 
 use super::{DockerRuntime, engine_message};
 use crate::kubelet::reference::Reference;
-use crate::kubelet::registry::Registries;
+use crate::kubelet::registry::{Auth, Registries};
 use crate::kubelet::runtime::{PullError, PulledImage};
 use crate::lock::MutexExt as _;
 
@@ -24,15 +25,35 @@ impl DockerRuntime {
     }
 
     /// Pulls an image through the engine under its engine-side name, and records the name pods run it by:
-    /// the engine's name with the digest, so a restart runs the same image.
-    pub(super) async fn pull_image(&self, image: &Reference) -> Result<PulledImage, PullError> {
+    /// the engine's name with the digest, so a restart runs the same image. The engine is given the
+    /// kubelet's credentials, or else the `auth` that `registries.yaml` has for the registry's endpoints
+    /// (or for the engine's name of it).
+    pub(super) async fn pull_image(
+        &self,
+        image: &Reference,
+        credentials: Option<&Auth>,
+    ) -> Result<PulledImage, PullError> {
         let shown = image.familiar_with_tag();
         let engine_ref = self.engine_reference(image);
         tracing::info!(image = %shown, pull = %engine_ref, "pulling");
         let options = CreateImageOptionsBuilder::default()
             .from_image(&engine_ref)
             .build();
-        let mut stream = self.inner.docker.create_image(Some(options), None, None);
+        let engine_host = engine_domain(&self.inner.registries, &image.domain);
+        let credentials = credentials.or_else(|| {
+            self.inner
+                .registries
+                .auth_for_registry(&image.domain, &engine_host)
+        });
+        let credentials = match credentials.map(|c| engine_credentials(c, &engine_host)) {
+            Some(Ok(c)) => Some(c),
+            Some(Err(message)) => return Err(PullError { message }),
+            None => None,
+        };
+        let mut stream = self
+            .inner
+            .docker
+            .create_image(Some(options), None, credentials);
         while let Some(step) = stream.next().await {
             let failure = match step {
                 Ok(info) => info.error_detail.and_then(|d| d.message),
@@ -82,6 +103,27 @@ impl DockerRuntime {
             .insert(shown, (pulled.clone(), run_ref));
         Ok(pulled)
     }
+}
+
+/// The engine's `X-Registry-Auth` for credentials: the user name and password, or an identity token.
+fn engine_credentials(auth: &Auth, server: &str) -> Result<DockerCredentials, String> {
+    let c = auth.credentials()?;
+    let (username, password, identitytoken) = if c.username().is_empty() {
+        (None, None, Some(c.secret().to_string()))
+    } else {
+        (
+            Some(c.username().to_string()),
+            Some(c.secret().to_string()),
+            None,
+        )
+    };
+    Ok(DockerCredentials {
+        username,
+        password,
+        identitytoken,
+        serveraddress: Some(server.to_string()),
+        ..DockerCredentials::default()
+    })
 }
 
 /// The repository an engine reference names: without its digest or tag.
