@@ -314,7 +314,9 @@ fn an_existing_cluster_pulls_from_a_private_registry_through_the_pull_secret() {
             "name: {name}\nregistry: {{external: '{host}', caFile: registry-ca.pem, pullSecret: true}}\n\
              cluster: {{provider: existing, context: default}}\nmanifests: [manifests]\n\
              components:\n  hello:\n    image: {name}/hello\n    build: {{cargo: {{package: hello, bin: hello}}}}\n    \
-             rollout: {{kind: Deployment, namespace: it, name: hello, container: hello}}\n               static:\n    image: {name}/static\n    build: {{docker: {{context: static, dockerfile: Dockerfile}}}}\n                 rollout: {{kind: Deployment, namespace: it, name: static, container: static}}\n"
+             rollout: {{kind: Deployment, namespace: it, name: hello, container: hello}}\n  \
+             static:\n    image: {name}/static\n    build: {{docker: {{context: static, dockerfile: Dockerfile}}}}\n    \
+             rollout: {{kind: Deployment, namespace: it, name: static, container: static}}\n"
         ),
     )
     .unwrap();
