@@ -250,10 +250,7 @@ pub async fn apply_all(
     let (crds, rest): (Vec<&Object<'_>>, Vec<&Object<'_>>) = objects
         .iter()
         .partition(|o| o.manifest.phase() == Phase::CustomResourceDefinitions);
-    let mut applied = Vec::new();
-    for crd in &crds {
-        applied.push(apply_one(client, &mut kinds, &crd.at(), &crd.object, Mode::Apply).await?);
-    }
+    let mut applied = apply_each(client, &mut kinds, &crds).await?;
     let names: Vec<String> = crds.iter().map(|c| c.manifest.name.clone()).collect();
     wait_established(client, &names, options.timeout).await?;
     if !deferred.is_empty() {
@@ -270,33 +267,11 @@ pub async fn apply_all(
     let (namespaces, rest): (Vec<&Object<'_>>, Vec<&Object<'_>>) = rest
         .into_iter()
         .partition(|o| o.manifest.phase() == Phase::Namespaces);
-    for object in namespaces {
-        applied.push(
-            apply_one(
-                client,
-                &mut kinds,
-                &object.at(),
-                &object.object,
-                Mode::Apply,
-            )
-            .await?,
-        );
-    }
+    applied.extend(apply_each(client, &mut kinds, &namespaces).await?);
     if let Some(secret) = options.pull_secret {
         applied.extend(secret.apply(client, &mut kinds).await?);
     }
-    for object in rest {
-        applied.push(
-            apply_one(
-                client,
-                &mut kinds,
-                &object.at(),
-                &object.object,
-                Mode::Apply,
-            )
-            .await?,
-        );
-    }
+    applied.extend(apply_each(client, &mut kinds, &rest).await?);
     let pruned = if options.prune {
         let declared = prune::members(manifests, &kinds);
         let pruned = prune::prune(client, &mut kinds, options.set, &scope, &declared).await?;
@@ -309,6 +284,19 @@ pub async fn apply_all(
         Vec::new()
     };
     Ok(Report { applied, pruned })
+}
+
+/// Applies `objects` in order.
+async fn apply_each(
+    client: &Client,
+    kinds: &mut Kinds,
+    objects: &[&Object<'_>],
+) -> Result<Vec<Applied>, Error> {
+    let mut applied = Vec::with_capacity(objects.len());
+    for object in objects {
+        applied.push(apply_one(client, kinds, &object.at(), &object.object, Mode::Apply).await?);
+    }
+    Ok(applied)
 }
 
 /// The objects to send: images pinned, the set's label added; a manifest
