@@ -170,7 +170,7 @@ where
     let resp = sender
         .send_request(request)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| exchange_reason(&e))?;
     let status = resp.status();
     let headers = resp.headers().clone();
     let body = if req.method == Method::HEAD {
@@ -197,11 +197,35 @@ fn io_reason(e: &io::Error) -> String {
     }
 }
 
+/// A failed exchange in Go's words when TLS failed under it (a TLS 1.3 server refuses a client
+/// certificate only after the handshake), else hyper's.
+fn exchange_reason(e: &hyper::Error) -> String {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        // An `io::Error`'s own `source` skips the error it wraps.
+        let wrapped = s
+            .downcast_ref::<io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        for candidate in [Some(s), wrapped].into_iter().flatten() {
+            if let Some(rustls_error) = candidate.downcast_ref::<rustls::Error>() {
+                return rustls_reason(rustls_error);
+            }
+        }
+        source = s.source();
+    }
+    e.to_string()
+}
+
 /// A failed handshake in Go's words.
 fn tls_reason(e: &io::Error) -> String {
-    let Some(rustls_error) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) else {
-        return io_reason(e);
-    };
+    match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        Some(rustls_error) => rustls_reason(rustls_error),
+        None => io_reason(e),
+    }
+}
+
+fn rustls_reason(rustls_error: &rustls::Error) -> String {
     match rustls_error {
         rustls::Error::InvalidCertificate(c) => {
             format!("tls: failed to verify certificate: {}", x509_reason(c))
