@@ -6,6 +6,7 @@
 //! a client certificate, and accepts any server certificate with `insecure_skip_verify` (the handshake's
 //! signatures are still checked).
 
+use std::collections::HashMap;
 use std::io;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -136,8 +137,12 @@ pub(super) fn status_text(status: StatusCode) -> String {
     }
 }
 
+/// An open HTTP/1.1 connection's request half.
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
 /// Sends requests for one endpoint host: `http://` URLs in the clear, `https://` ones over TLS with the
 /// host's configuration (the system's roots for hosts without one, such as a token realm elsewhere).
+/// Connections are kept open between requests, as Go's client keeps them.
 pub(super) struct Transport {
     tls: OnceLock<Arc<ClientConfig>>,
     /// Whether a server that answers the TLS handshake in HTTP is asked again in the clear: containerd's
@@ -146,6 +151,8 @@ pub(super) struct Transport {
     fallback: bool,
     /// Whether a server answered in HTTP, so later requests go in the clear at once.
     plain_from_now: AtomicBool,
+    /// Idle connections by `scheme://authority`.
+    idle: tokio::sync::Mutex<HashMap<String, Sender>>,
 }
 
 impl Transport {
@@ -159,6 +166,7 @@ impl Transport {
             tls: cell,
             fallback,
             plain_from_now: AtomicBool::new(false),
+            idle: tokio::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -173,13 +181,41 @@ impl Transport {
         Ok(self.tls.get_or_init(|| config).clone())
     }
 
-    /// Sends a request and reads the response; the error reads as Go's (`dial tcp …`, `tls: …`).
+    /// Sends a request and reads the response; the error reads as Go's (`dial tcp …`, `tls: …`). An idle
+    /// connection the server closed meanwhile is replaced by a new one.
     pub(super) async fn send(&self, req: &Request) -> Result<Response, Error> {
         let (scheme, authority, _) =
             split_url(&req.url).ok_or_else(|| Error::Url(req.url.clone()))?;
+        let key = format!("{scheme}://{authority}");
+        let idle = self.idle.lock().await.remove(&key);
+        let mut outcome = None;
+        if let Some(mut sender) = idle
+            && sender.ready().await.is_ok()
+        {
+            outcome = match exchange(&mut sender, req).await {
+                Err(Error::Exchange(e)) if e.is_canceled() || e.is_closed() => None,
+                other => Some((sender, other)),
+            };
+        }
+        let (sender, outcome) = match outcome {
+            Some(done) => done,
+            None => {
+                let mut sender = self.connect(scheme, authority).await?;
+                let outcome = exchange(&mut sender, req).await;
+                (sender, outcome)
+            }
+        };
+        if outcome.is_ok() && !sender.is_closed() {
+            self.idle.lock().await.insert(key, sender);
+        }
+        outcome
+    }
+
+    /// A new connection: in the clear for `http`, else over TLS (or in the clear again, with the
+    /// fallback, when the server answered the handshake in HTTP).
+    async fn connect(&self, scheme: &str, authority: &str) -> Result<Sender, Error> {
         if scheme == "http" || self.plain_from_now.load(Ordering::Relaxed) {
-            let stream = dial(authority, 80).await?;
-            return exchange(stream, req).await;
+            return handshake(dial(authority, 80).await?).await;
         }
         let stream = Sniff::new(dial(authority, 443).await?);
         let connector = tokio_rustls::TlsConnector::from(self.tls()?);
@@ -190,11 +226,10 @@ impl Transport {
             }
         })?;
         match connector.connect(name, stream).into_fallible().await {
-            Ok(tls) => exchange(tls, req).await,
+            Ok(tls) => handshake(tls).await,
             Err((_, sniffed)) if self.fallback && sniffed.answered_in_http() => {
                 self.plain_from_now.store(true, Ordering::Relaxed);
-                let stream = dial(authority, 80).await?;
-                exchange(stream, req).await
+                handshake(dial(authority, 80).await?).await
             }
             Err((e, _)) => Err(Error::Handshake(e)),
         }
@@ -212,18 +247,23 @@ async fn dial(authority: &str, default_port: u16) -> Result<tokio::net::TcpStrea
         .map_err(|source| Error::Dial { addr, source })
 }
 
-/// One request on a fresh connection.
-async fn exchange<S>(stream: S, req: &Request) -> Result<Response, Error>
+/// HTTP/1.1 over a connection, its driver on a task of its own.
+async fn handshake<S>(stream: S) -> Result<Sender, Error>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (_, authority, path) = split_url(&req.url).ok_or_else(|| Error::Url(req.url.clone()))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(Error::Exchange)?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
+    Ok(sender)
+}
+
+/// One request, its response read whole.
+async fn exchange(sender: &mut Sender, req: &Request) -> Result<Response, Error> {
+    let (_, authority, path) = split_url(&req.url).ok_or_else(|| Error::Url(req.url.clone()))?;
     let mut builder = HttpRequest::builder()
         .method(req.method.clone())
         .uri(path)
