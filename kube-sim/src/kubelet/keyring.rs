@@ -36,6 +36,20 @@ pub const DOCKERCFG: &str = "kubernetes.io/dockercfg";
 /// The Docker Hub key the keyring falls back to for Docker Hub images.
 const DEFAULT_REGISTRY_HOST: &str = "index.docker.io";
 
+/// A pull secret's Docker config is unusable; the pull fails with it, as the kubelet's does.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The config is not JSON of the expected shape.
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    /// An entry's `auth` is not base64.
+    #[error("{0}")]
+    Base64(#[from] base64::DecodeError),
+    /// An entry's `auth` decodes to no `user:password`.
+    #[error("unable to parse auth field, must be formatted as base64(username:password)")]
+    AuthField,
+}
+
 /// The pull secrets of a pod.
 pub(super) struct PullSecrets {
     /// The Secrets that were read.
@@ -107,7 +121,7 @@ pub(super) struct Keyring {
 
 impl Keyring {
     /// The keyring of some Secrets; a Docker config that does not parse fails the pull with its error.
-    pub(super) fn from_secrets(secrets: &[Value]) -> Result<Keyring, String> {
+    pub(super) fn from_secrets(secrets: &[Value]) -> Result<Keyring, Error> {
         let mut keyring = Keyring::default();
         for secret in secrets {
             let data = |key: &str| secret_data(secret, key).filter(|d| !d.is_empty());
@@ -117,13 +131,10 @@ impl Keyring {
                 data(".dockercfg"),
             ) {
                 (Some(DOCKER_CONFIG_JSON), Some(json), _) => {
-                    serde_json::from_slice::<DockerConfigJson>(&json)
-                        .map_err(|e| e.to_string())?
-                        .auths
+                    serde_json::from_slice::<DockerConfigJson>(&json)?.auths
                 }
                 (Some(DOCKERCFG), _, Some(json)) => {
-                    serde_json::from_slice::<BTreeMap<String, Entry>>(&json)
-                        .map_err(|e| e.to_string())?
+                    serde_json::from_slice::<BTreeMap<String, Entry>>(&json)?
                 }
                 _ => continue,
             };
@@ -137,7 +148,7 @@ impl Keyring {
         Ok(keyring)
     }
 
-    fn add(&mut self, location: &str, entry: Entry) -> Result<(), String> {
+    fn add(&mut self, location: &str, entry: Entry) -> Result<(), Error> {
         let (username, password) = if entry.auth.is_empty() {
             (entry.username, entry.password)
         } else {
@@ -205,20 +216,18 @@ fn secret_data(secret: &Value, key: &str) -> Option<Vec<u8>> {
 }
 
 /// An entry's `auth`: base64 (padded or not) of `user:password`.
-fn decode_auth_field(field: &str) -> Result<(String, String), String> {
+fn decode_auth_field(field: &str) -> Result<(String, String), Error> {
     use base64::Engine as _;
     let engine = if field.trim().ends_with('=') {
         &base64::engine::general_purpose::STANDARD
     } else {
         &base64::engine::general_purpose::STANDARD_NO_PAD
     };
-    let decoded = engine.decode(field).map_err(|e| e.to_string())?;
+    let decoded = engine.decode(field)?;
     let text = String::from_utf8_lossy(&decoded);
     match text.split_once(':') {
         Some((user, pass)) => Ok((user.to_string(), pass.to_string())),
-        None => {
-            Err("unable to parse auth field, must be formatted as base64(username:password)".into())
-        }
+        None => Err(Error::AuthField),
     }
 }
 
@@ -403,7 +412,7 @@ mod tests {
             &json!({"auths": {"r": {"auth": "bm9jb2xvbg"}}}),
         );
         assert_eq!(
-            Keyring::from_secrets(&[bad]).unwrap_err(),
+            Keyring::from_secrets(&[bad]).unwrap_err().to_string(),
             "unable to parse auth field, must be formatted as base64(username:password)"
         );
     }

@@ -359,7 +359,9 @@ async fn fetch<R: ContainerRuntime>(
             let credentials = keyring.lookup(&reference.name());
             keyring::pull_with(&k.runtime, reference, &credentials).await
         }
-        Err(message) => Err(runtime::PullError { message }),
+        Err(e) => Err(runtime::PullError {
+            message: e.to_string(),
+        }),
     };
     match pulled {
         Ok(p) => {

@@ -27,7 +27,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use auth::Credentials;
-pub use config::{Auth, HostConfig, Mirror, Registries, Tls, WILDCARD, is_loopback};
+pub use config::{Auth, AuthError, HostConfig, Mirror, Registries, Tls, WILDCARD, is_loopback};
 
 use super::reference::{DEFAULT_DOMAIN, Reference};
 use auth::{Authorizer, Refusal, go_method};
@@ -71,8 +71,30 @@ pub enum Error {
         reference: String,
     },
     /// A request could not be made (`Head "<url>": dial tcp …`, `…: tls: failed to verify certificate: …`).
-    #[error("failed to do request: {0}")]
-    Request(String),
+    #[error("failed to do request: {} {:?}: {source}", go_method(.method), .url)]
+    Request {
+        /// The method.
+        method: Method,
+        /// The URL.
+        url: String,
+        /// The cause.
+        #[source]
+        source: Box<transport::Error>,
+    },
+    /// An endpoint took longer than the pull timeout.
+    #[error("failed to do request: Head {url:?}: context deadline exceeded")]
+    Deadline {
+        /// The manifest URL asked.
+        url: String,
+    },
+    /// A request was redirected too often.
+    #[error("failed to do request: {} {:?}: stopped after {MAX_REDIRECTS} redirects", go_method(.method), .url)]
+    Redirects {
+        /// The method.
+        method: Method,
+        /// The last URL.
+        url: String,
+    },
     /// Credentials were missing or refused (containerd's `ErrInvalidAuthorization`).
     #[error("pull access denied, repository does not exist or may require authorization: {0}")]
     Denied(String),
@@ -88,8 +110,14 @@ pub enum Error {
     },
     /// A request could not be authorized (the token server refused or failed).
     #[error("failed to authorize: {0}")]
-    Authorize(String),
-    /// The endpoint's TLS settings or the pull's credentials are unusable.
+    Authorize(#[source] auth::Error),
+    /// An endpoint host's TLS settings are unusable.
+    #[error("{0}")]
+    Tls(#[source] Box<transport::Error>),
+    /// The pull's credentials cannot be read.
+    #[error("{0}")]
+    Credentials(#[source] AuthError),
+    /// An endpoint or a challenge is unusable.
     #[error("{0}")]
     Config(String),
     /// The registry answered with something that is not a usable manifest or config.
@@ -138,10 +166,9 @@ impl Registries {
             let outcome = tokio::time::timeout(timeout, endpoint.resolve(reference))
                 .await
                 .unwrap_or_else(|_| {
-                    Err(Error::Request(format!(
-                        "Head {:?}: context deadline exceeded",
-                        endpoint.manifest_url(reference)
-                    )))
+                    Err(Error::Deadline {
+                        url: endpoint.manifest_url(reference),
+                    })
                 });
             match outcome {
                 Ok(resolved) => return Ok(resolved),
@@ -180,7 +207,7 @@ impl Registries {
                 settings,
                 skip_verify_by_default: own_loopback,
             };
-            Some(transport::client_config(&options).map_err(Error::Config)?)
+            Some(transport::client_config(&options).map_err(|e| Error::Tls(Box::new(e)))?)
         } else {
             None
         };
@@ -331,32 +358,32 @@ impl Endpoint {
     async fn send(&mut self, method: Method, url: &str, accept: &str) -> Result<Reply, Error> {
         let mut method = method;
         let mut previous: Option<(Method, String)> = None;
-        for attempt in 1..=MAX_ATTEMPTS {
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
             let reply = self.follow(method.clone(), url, accept).await?;
             let this = Some((reply.method.clone(), reply.url.clone()));
             let repeated = previous == this;
             previous = this;
+            let last = attempts >= MAX_ATTEMPTS;
             match reply.response.status {
                 StatusCode::UNAUTHORIZED => {
                     match self.authorizer.challenged(&reply.response, repeated) {
-                        Ok(()) if attempt < MAX_ATTEMPTS => continue,
+                        Ok(()) if !last => {}
                         Ok(()) | Err(Refusal::Unsupported) => return Ok(reply),
                         Err(Refusal::Invalid(m)) => return Err(Error::Denied(m)),
+                        Err(Refusal::Credentials(e)) => return Err(Error::Credentials(e)),
                         Err(Refusal::Other(m)) => return Err(Error::Config(m)),
                     }
                 }
                 StatusCode::METHOD_NOT_ALLOWED
-                    if method == Method::HEAD && url.contains("/manifests/") =>
+                    if method == Method::HEAD && url.contains("/manifests/") && !last =>
                 {
                     method = Method::GET;
                 }
                 _ => return Ok(reply),
             }
         }
-        Err(Error::Request(format!(
-            "{} {url:?}: too many attempts",
-            go_method(&method)
-        )))
     }
 
     /// One request, following redirects as Go's client does (credentials only for the endpoint's own
@@ -385,9 +412,15 @@ impl Endpoint {
                 headers,
                 body: bytes::Bytes::new(),
             };
-            let response = self.transport.send(&request).await.map_err(|cause| {
-                Error::Request(format!("{} {url:?}: {cause}", go_method(&method)))
-            })?;
+            let response =
+                self.transport
+                    .send(&request)
+                    .await
+                    .map_err(|source| Error::Request {
+                        method: method.clone(),
+                        url: url.clone(),
+                        source: Box::new(source),
+                    })?;
             match response.header("location") {
                 Some(location) if response.status.is_redirection() => {
                     url = if location.contains("://") {
@@ -405,10 +438,7 @@ impl Endpoint {
                 }
             }
         }
-        Err(Error::Request(format!(
-            "{} {url:?}: stopped after {MAX_REDIRECTS} redirects",
-            go_method(&method)
-        )))
+        Err(Error::Redirects { method, url })
     }
 }
 

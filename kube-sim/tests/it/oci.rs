@@ -42,6 +42,10 @@ pub struct ServingCert {
     pub cert: PathBuf,
     /// The serving key (PEM).
     pub key: PathBuf,
+    /// Require client certificates signed by this CA (PEM).
+    pub client_ca: Option<PathBuf>,
+    /// The client certificate and key (PEM) of the test's own requests.
+    pub client: Option<(PathBuf, PathBuf)>,
 }
 
 /// A running registry, stopped on drop.
@@ -74,8 +78,13 @@ impl Registry {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let config = dir.path().join("config.yml");
         let tls_config = options.tls.as_ref().map(|t| {
+            let client_cas = t
+                .client_ca
+                .as_ref()
+                .map(|ca| format!("    clientcas:\n      - {}\n", ca.display()))
+                .unwrap_or_default();
             format!(
-                "  tls:\n    certificate: {}\n    key: {}\n",
+                "  tls:\n    certificate: {}\n    key: {}\n{client_cas}",
                 t.cert.display(),
                 t.key.display()
             )
@@ -101,7 +110,7 @@ impl Registry {
             child,
             port,
             dir,
-            tls: options.tls.as_ref().map(|t| client_config(&t.ca)),
+            tls: options.tls.as_ref().map(client_config),
             authorization: options.authorization,
         };
         let ready = tokio::time::timeout(crate::DEADLINE, async {
@@ -310,22 +319,34 @@ where
     Ok(sender)
 }
 
-/// A client configuration that trusts only the CA in `ca` (PEM).
-fn client_config(ca: &Path) -> Arc<rustls::ClientConfig> {
-    use rustls::pki_types::CertificateDer;
+/// A client configuration that trusts only the serving certificate's CA, with its client certificate.
+fn client_config(tls: &ServingCert) -> Arc<rustls::ClientConfig> {
     use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = |path: &Path| -> Vec<CertificateDer<'static>> {
+        CertificateDer::pem_file_iter(path)
+            .expect("a certificate file is read")
+            .map(|c| c.expect("a certificate"))
+            .collect()
+    };
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca).expect("the CA file is read") {
-        roots
-            .add(cert.expect("a CA certificate"))
-            .expect("the CA is usable");
+    for cert in certs(&tls.ca) {
+        roots.add(cert).expect("the CA is usable");
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("TLS versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .with_root_certificates(roots);
+    let config = match &tls.client {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                certs(cert),
+                PrivateKeyDer::from_pem_file(key).expect("the client key"),
+            )
+            .expect("the client certificate is usable"),
+        None => builder.with_no_client_auth(),
+    };
     Arc::new(config)
 }
 

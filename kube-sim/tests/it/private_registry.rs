@@ -51,11 +51,28 @@ impl Pki {
         leaf.distinguished_name.push(DnType::CommonName, "registry");
         leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let cert = leaf.signed_by(&key, &issuer).unwrap();
+        let client_key = KeyPair::generate().unwrap();
+        let mut client = CertificateParams::new(Vec::<String>::new()).unwrap();
+        client
+            .distinguished_name
+            .push(DnType::CommonName, "kube-sim-node");
+        client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let client_cert = client.signed_by(&client_key, &issuer).unwrap();
         let write = |file: &str, pem: String| std::fs::write(dir.path().join(file), pem).unwrap();
         write("ca.pem", ca_cert.pem());
         write("cert.pem", cert.pem());
         write("key.pem", key.serialize_pem());
+        write("client.pem", client_cert.pem());
+        write("client-key.pem", client_key.serialize_pem());
         Pki { dir }
+    }
+
+    /// A client certificate signed by the CA, and its key.
+    fn client(&self) -> (PathBuf, PathBuf) {
+        (
+            self.dir.path().join("client.pem"),
+            self.dir.path().join("client-key.pem"),
+        )
     }
 
     fn ca(&self) -> PathBuf {
@@ -67,6 +84,8 @@ impl Pki {
             ca: self.ca(),
             cert: self.dir.path().join("cert.pem"),
             key: self.dir.path().join("key.pem"),
+            client_ca: None,
+            client: None,
         }
     }
 }
@@ -502,8 +521,14 @@ async fn a_registry_behind_a_token_server_is_pulled_with_a_token_for_the_pull_se
         format!("{host}/team/app@{digest}")
     );
     // With a secret, the OAuth2 POST comes first; this server refuses it, so the token is fetched
-    // with GET and Basic credentials, for the repository's pull scope.
-    let asked = tokens.asked().split_off(before);
+    // with GET and Basic credentials, for the repository's pull scope. (The anonymous pod goes on
+    // asking without credentials meanwhile.)
+    let asked: Vec<_> = tokens
+        .asked()
+        .split_off(before)
+        .into_iter()
+        .filter(|a| a.method == "POST" || a.with_credentials)
+        .collect();
     assert_eq!(asked[0].method, "POST", "{asked:?}");
     let get = &asked[1];
     assert!(get.method == "GET" && get.with_credentials, "{asked:?}");
@@ -513,5 +538,53 @@ async fn a_registry_behind_a_token_server_is_pulled_with_a_token_for_the_pull_se
             "scope=repository%3Ateam%2Fapp%3Apull&service={}",
             token_server::SERVICE
         )
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_that_requires_a_client_certificate_is_shown_cert_file_and_key_file() {
+    let pki = Pki::new("kube-sim-test-ca");
+    let (cert, key) = pki.client();
+    let registry = Registry::start_with(Options {
+        tls: Some(ServingCert {
+            client_ca: Some(pki.ca()),
+            client: Some(pki.client()),
+            ..pki.serving()
+        }),
+        ..Options::default()
+    })
+    .await;
+    let digest = registry.push("team/app", "v1", &[]).await;
+    let host = registry.host();
+    let image = format!("{host}/team/app:v1");
+    let ca = pki.ca();
+    let sim = sim_with(&format!(
+        "configs:\n  \"{host}\":\n    tls:\n      ca_file: {}\n      cert_file: {}\n      key_file: {}\n",
+        ca.display(),
+        cert.display(),
+        key.display()
+    ))
+    .await;
+    create_pod(&sim, "identified", &image, &[]).await;
+    assert_eq!(
+        until_running(&sim, "identified").await,
+        format!("{host}/team/app@{digest}")
+    );
+    sim.shutdown().await;
+
+    let sim = sim_with(&format!(
+        "configs:\n  \"{host}\":\n    tls: {}\n",
+        ca_file_yaml(&ca)
+    ))
+    .await;
+    // Without one, the registry's alert (Go's server answers a missing certificate with `bad
+    // certificate`) is the pull error, in Go's words.
+    create_pod(&sim, "anonymous", &image, &[]).await;
+    let message = until_pull_fails(&sim, "anonymous", &image).await;
+    assert!(
+        message.ends_with(&format!(
+            "failed to do request: Head \"https://{host}/v2/team/app/manifests/v1\": remote error: tls: bad certificate"
+        )),
+        "{message}"
     );
 }

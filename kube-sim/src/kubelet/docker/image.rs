@@ -7,7 +7,7 @@ use futures::StreamExt as _;
 
 use super::{DockerRuntime, engine_message};
 use crate::kubelet::reference::Reference;
-use crate::kubelet::registry::{Auth, Registries};
+use crate::kubelet::registry::{Auth, AuthError, Registries};
 use crate::kubelet::runtime::{PullError, PulledImage};
 use crate::lock::MutexExt as _;
 
@@ -47,7 +47,11 @@ impl DockerRuntime {
         });
         let credentials = match credentials.map(|c| engine_credentials(c, &engine_host)) {
             Some(Ok(c)) => Some(c),
-            Some(Err(message)) => return Err(PullError { message }),
+            Some(Err(e)) => {
+                return Err(PullError {
+                    message: format!("failed to pull image \"{shown}\": {e}"),
+                });
+            }
             None => None,
         };
         let mut stream = self
@@ -106,7 +110,7 @@ impl DockerRuntime {
 }
 
 /// The engine's `X-Registry-Auth` for credentials: the user name and password, or an identity token.
-fn engine_credentials(auth: &Auth, server: &str) -> Result<DockerCredentials, String> {
+fn engine_credentials(auth: &Auth, server: &str) -> Result<DockerCredentials, AuthError> {
     let c = auth.credentials()?;
     let (username, password, identitytoken) = if c.username().is_empty() {
         (None, None, Some(c.secret().to_string()))

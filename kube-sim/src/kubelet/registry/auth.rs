@@ -11,7 +11,8 @@ use bytes::Bytes;
 use http::{HeaderMap, Method, StatusCode, header};
 use serde::Deserialize;
 
-use super::transport::{Request, Response, Transport, status_text};
+use super::config::AuthError;
+use super::transport::{self, Request, Response, Transport, status_text};
 
 /// What a pull shows a registry host: a user name and a secret (a password, or an identity token with
 /// no user name); both empty is anonymous. `Debug` shows the user name only.
@@ -57,7 +58,9 @@ pub(super) enum Refusal {
     Unsupported,
     /// containerd's `ErrInvalidAuthorization`: credentials are missing or were refused.
     Invalid(String),
-    /// Anything else (a malformed challenge, unreadable credentials).
+    /// The pull's credentials cannot be read.
+    Credentials(AuthError),
+    /// The challenge is malformed.
     Other(String),
 }
 
@@ -87,7 +90,7 @@ pub(super) struct Authorizer {
     /// The endpoint's `host:port`; requests elsewhere (redirects) carry no credentials.
     authority: String,
     /// The pull's credentials for this host, or why they cannot be read.
-    credentials: Result<Credentials, String>,
+    credentials: Result<Credentials, AuthError>,
     /// The scope the pulled repository needs (`repository:<path>:pull`).
     scope: String,
     handler: Option<Handler>,
@@ -97,7 +100,7 @@ impl Authorizer {
     /// An authorizer for pulls of `repository` from `authority` with these credentials.
     pub(super) fn new(
         authority: &str,
-        credentials: Result<Credentials, String>,
+        credentials: Result<Credentials, AuthError>,
         repository: &str,
     ) -> Authorizer {
         Authorizer {
@@ -114,7 +117,7 @@ impl Authorizer {
         &mut self,
         authority: &str,
         transport: &Transport,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, Error> {
         if authority != self.authority {
             return Ok(None);
         }
@@ -160,7 +163,7 @@ impl Authorizer {
             match c.scheme.as_str() {
                 "bearer" => return self.bearer(&c, repeated),
                 "basic" => {
-                    let credentials = self.credentials.clone().map_err(Refusal::Other)?;
+                    let credentials = self.credentials.clone().map_err(Refusal::Credentials)?;
                     if credentials.username.is_empty() || credentials.secret.is_empty() {
                         return Err(Refusal::Invalid(
                             "authorization failed: no basic auth credentials".into(),
@@ -188,7 +191,7 @@ impl Authorizer {
         if self.handler.is_some() {
             return Ok(());
         }
-        self.credentials.clone().map_err(Refusal::Other)?;
+        self.credentials.clone().map_err(Refusal::Credentials)?;
         let realm = c
             .params
             .get("realm")
@@ -228,41 +231,67 @@ struct TokenOptions<'a> {
 /// A token for the scopes: with a secret, an OAuth2 `POST` first (`grant_type=password`, or
 /// `refresh_token` for an identity token), then `GET` with Basic credentials where the server refuses
 /// the `POST`; anonymous `GET` without one.
-async fn fetch_token(transport: &Transport, options: &TokenOptions<'_>) -> Result<String, String> {
+async fn fetch_token(transport: &Transport, options: &TokenOptions<'_>) -> Result<String, Error> {
     if options.credentials.secret.is_empty() {
         return fetch_with_get(transport, options)
             .await
-            .map_err(|e| format!("failed to fetch anonymous token: {e}"));
+            .map_err(Error::Anonymous);
     }
-    let posted = fetch_with_post(transport, options).await;
     let refused = |status: StatusCode| {
         matches!(status.as_u16(), 400 | 401 | 404)
             || (status == StatusCode::METHOD_NOT_ALLOWED
                 && !options.credentials.username.is_empty())
     };
-    let outcome = match posted {
-        Err(TokenError::Status(status, _)) if refused(status) => {
+    match fetch_with_post(transport, options).await {
+        Err(TokenError::Status { status, .. }) if refused(status) => {
             fetch_with_get(transport, options).await
         }
         other => other,
-    };
-    outcome.map_err(|e| format!("failed to fetch oauth token: {e}"))
-}
-
-/// A failed token request.
-enum TokenError {
-    /// The server answered with an error status; the message names the request.
-    Status(StatusCode, String),
-    /// Anything else, worded.
-    Other(String),
-}
-
-impl fmt::Display for TokenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            TokenError::Status(_, message) | TokenError::Other(message) => f.write_str(message),
-        }
     }
+    .map_err(Error::OAuth)
+}
+
+/// A token could not be fetched (containerd's `failed to authorize: …` cause).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Without credentials.
+    #[error("failed to fetch anonymous token: {0}")]
+    Anonymous(#[source] TokenError),
+    /// With the pull's credentials.
+    #[error("failed to fetch oauth token: {0}")]
+    OAuth(#[source] TokenError),
+}
+
+/// A token request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// The server answered with an error status (containerd's `ErrUnexpectedStatus`).
+    #[error("unexpected status from {method} request to {url}: {}", status_text(*.status))]
+    Status {
+        /// The method.
+        method: Method,
+        /// The URL.
+        url: String,
+        /// The status.
+        status: StatusCode,
+    },
+    /// The request could not be made.
+    #[error("{} {:?}: {source}", go_method(.method), .url)]
+    Request {
+        /// The method.
+        method: Method,
+        /// The URL.
+        url: String,
+        /// The cause.
+        #[source]
+        source: Box<transport::Error>,
+    },
+    /// The answer is not the JSON of a token response.
+    #[error("unable to decode token response: {0}")]
+    Decode(#[source] serde_json::Error),
+    /// The answer has no token.
+    #[error("authorization server did not include a token in the response")]
+    NoToken,
 }
 
 /// The OAuth2 `POST` (`FetchTokenWithOAuth`); its answer must carry `access_token`.
@@ -308,8 +337,7 @@ async fn fetch_with_post(
         #[serde(default)]
         access_token: String,
     }
-    let token: OAuthToken = serde_json::from_slice(&body)
-        .map_err(|e| TokenError::Other(format!("unable to decode token response: {e}")))?;
+    let token: OAuthToken = serde_json::from_slice(&body).map_err(TokenError::Decode)?;
     non_empty(token.access_token)
 }
 
@@ -356,8 +384,7 @@ async fn fetch_with_get(
         #[serde(default)]
         access_token: String,
     }
-    let token: Token = serde_json::from_slice(&body)
-        .map_err(|e| TokenError::Other(format!("unable to decode token response: {e}")))?;
+    let token: Token = serde_json::from_slice(&body).map_err(TokenError::Decode)?;
     non_empty(if token.access_token.is_empty() {
         token.token
     } else {
@@ -367,30 +394,27 @@ async fn fetch_with_get(
 
 fn non_empty(token: String) -> Result<String, TokenError> {
     if token.is_empty() {
-        return Err(TokenError::Other(
-            "authorization server did not include a token in the response".into(),
-        ));
+        return Err(TokenError::NoToken);
     }
     Ok(token)
 }
 
 /// Sends a token request; a status outside 2xx and 3xx is containerd's `ErrUnexpectedStatus`.
 async fn token_exchange(transport: &Transport, request: &Request) -> Result<Bytes, TokenError> {
-    let verb = go_method(&request.method);
     let response = transport
         .send(request)
         .await
-        .map_err(|e| TokenError::Other(format!("{verb} {:?}: {e}", request.url)))?;
+        .map_err(|source| TokenError::Request {
+            method: request.method.clone(),
+            url: request.url.clone(),
+            source: Box::new(source),
+        })?;
     if !(200..400).contains(&response.status.as_u16()) {
-        return Err(TokenError::Status(
-            response.status,
-            format!(
-                "unexpected status from {} request to {}: {}",
-                request.method,
-                request.url,
-                status_text(response.status)
-            ),
-        ));
+        return Err(TokenError::Status {
+            method: request.method.clone(),
+            url: request.url.clone(),
+            status: response.status,
+        });
     }
     Ok(response.body)
 }

@@ -65,6 +65,17 @@ pub struct Auth {
     pub identity_token: Option<String>,
 }
 
+/// An `Auth`'s `auth` is not base64 of `user:password`.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum AuthError {
+    /// Not base64.
+    #[error("illegal base64 data in auth: {0}")]
+    Base64(#[source] base64::DecodeError),
+    /// No `:` in what it decodes to.
+    #[error("invalid decoded auth: the value is not base64 of user:password")]
+    NotAPair,
+}
+
 /// TLS settings of an endpoint host. Paths are read at every pull.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 pub struct Tls {
@@ -121,7 +132,7 @@ impl Auth {
     /// The user name and secret a registry is asked with, as containerd's `ParseAuth` reads them: the
     /// user name and password when there is a user name, else the identity token with no user name, else
     /// `auth` decoded; nothing at all is anonymous.
-    pub fn credentials(&self) -> Result<Credentials, String> {
+    pub fn credentials(&self) -> Result<Credentials, AuthError> {
         use base64::Engine as _;
         fn some(v: &Option<String>) -> Option<&str> {
             v.as_deref().filter(|s| !s.is_empty())
@@ -140,11 +151,11 @@ impl Auth {
         };
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(encoded)
-            .map_err(|e| format!("illegal base64 data in auth: {e}"))?;
+            .map_err(AuthError::Base64)?;
         let text = String::from_utf8_lossy(&decoded);
         match text.split_once(':') {
             Some((user, pass)) => Ok(Credentials::new(user, pass.trim_matches('\0'))),
-            None => Err("invalid decoded auth: the value is not base64 of user:password".into()),
+            None => Err(AuthError::NotAPair),
         }
     }
 }

@@ -6,7 +6,9 @@
 //! a client certificate, and accepts any server certificate with `insecure_skip_verify` (the handshake's
 //! signatures are still checked).
 
+use std::collections::HashMap;
 use std::io;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -28,6 +30,72 @@ use super::config::{Tls, host_name, split_url};
 
 /// The largest response body read (manifests, image configs, token responses).
 const MAX_BODY: usize = 4 * 1024 * 1024;
+
+/// A request failed, or a host's TLS settings are unusable; `Display` is Go's wording (containerd's
+/// messages carry it).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The URL is not absolute.
+    #[error("invalid URL {0:?}")]
+    Url(String),
+    /// The host cannot be a TLS server name.
+    #[error("invalid server name {authority}")]
+    ServerName {
+        /// The `host:port`.
+        authority: String,
+        /// The cause.
+        #[source]
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    /// The connection could not be made.
+    #[error("dial tcp {addr}: {}", io_reason(.source))]
+    Dial {
+        /// The `host:port` dialled.
+        addr: String,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The TLS handshake failed.
+    #[error("{}", tls_reason(.0))]
+    Handshake(#[source] io::Error),
+    /// The HTTP exchange failed.
+    #[error("{}", exchange_reason(.0))]
+    Exchange(#[source] hyper::Error),
+    /// The request could not be built.
+    #[error("{0}")]
+    Build(#[source] http::Error),
+    /// The body could not be read whole (or was too long).
+    #[error("{0}")]
+    Body(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// `ca_file` could not be read.
+    #[error("unable to read CA cert {:?}: open {}: {}", .path.display().to_string(), .path.display(), os_reason(.source))]
+    ReadCa {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// `ca_file` holds no usable certificate.
+    #[error("unable to load CA cert {:?}", .0.display().to_string())]
+    LoadCa(PathBuf),
+    /// `cert_file` or `key_file` could not be read.
+    #[error("unable to read CERT file {:?}: open {}: {}", .path.display().to_string(), .path.display(), os_reason(.source))]
+    ReadCert {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The client certificate and key do not make a pair.
+    #[error("failed to load X509 key pair: {0}")]
+    KeyPair(String),
+    /// rustls refused the configuration.
+    #[error("{0}")]
+    Rustls(#[source] rustls::Error),
+}
 
 /// A request to send.
 pub(super) struct Request {
@@ -69,8 +137,12 @@ pub(super) fn status_text(status: StatusCode) -> String {
     }
 }
 
+/// An open HTTP/1.1 connection's request half.
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
 /// Sends requests for one endpoint host: `http://` URLs in the clear, `https://` ones over TLS with the
 /// host's configuration (the system's roots for hosts without one, such as a token realm elsewhere).
+/// Connections are kept open between requests, as Go's client keeps them.
 pub(super) struct Transport {
     tls: OnceLock<Arc<ClientConfig>>,
     /// Whether a server that answers the TLS handshake in HTTP is asked again in the clear: containerd's
@@ -79,6 +151,8 @@ pub(super) struct Transport {
     fallback: bool,
     /// Whether a server answered in HTTP, so later requests go in the clear at once.
     plain_from_now: AtomicBool,
+    /// Idle connections by `scheme://authority`.
+    idle: tokio::sync::Mutex<HashMap<String, Sender>>,
 }
 
 impl Transport {
@@ -92,10 +166,11 @@ impl Transport {
             tls: cell,
             fallback,
             plain_from_now: AtomicBool::new(false),
+            idle: tokio::sync::Mutex::new(HashMap::new()),
         }
     }
 
-    fn tls(&self) -> Result<Arc<ClientConfig>, String> {
+    fn tls(&self) -> Result<Arc<ClientConfig>, Error> {
         if let Some(config) = self.tls.get() {
             return Ok(config.clone());
         }
@@ -106,54 +181,89 @@ impl Transport {
         Ok(self.tls.get_or_init(|| config).clone())
     }
 
-    /// Sends a request and reads the response; `Err` is the cause in Go's words (`dial tcp …`, `tls: …`).
-    pub(super) async fn send(&self, req: &Request) -> Result<Response, String> {
+    /// Sends a request and reads the response; the error reads as Go's (`dial tcp …`, `tls: …`). An idle
+    /// connection the server closed meanwhile is replaced by a new one.
+    pub(super) async fn send(&self, req: &Request) -> Result<Response, Error> {
         let (scheme, authority, _) =
-            split_url(&req.url).ok_or_else(|| format!("invalid URL {:?}", req.url))?;
+            split_url(&req.url).ok_or_else(|| Error::Url(req.url.clone()))?;
+        let key = format!("{scheme}://{authority}");
+        let idle = self.idle.lock().await.remove(&key);
+        let mut outcome = None;
+        if let Some(mut sender) = idle
+            && sender.ready().await.is_ok()
+        {
+            outcome = match exchange(&mut sender, req).await {
+                Err(Error::Exchange(e)) if e.is_canceled() || e.is_closed() => None,
+                other => Some((sender, other)),
+            };
+        }
+        let (sender, outcome) = match outcome {
+            Some(done) => done,
+            None => {
+                let mut sender = self.connect(scheme, authority).await?;
+                let outcome = exchange(&mut sender, req).await;
+                (sender, outcome)
+            }
+        };
+        if outcome.is_ok() && !sender.is_closed() {
+            self.idle.lock().await.insert(key, sender);
+        }
+        outcome
+    }
+
+    /// A new connection: in the clear for `http`, else over TLS (or in the clear again, with the
+    /// fallback, when the server answered the handshake in HTTP).
+    async fn connect(&self, scheme: &str, authority: &str) -> Result<Sender, Error> {
         if scheme == "http" || self.plain_from_now.load(Ordering::Relaxed) {
-            let stream = dial(authority, 80).await?;
-            return exchange(stream, req).await;
+            return handshake(dial(authority, 80).await?).await;
         }
         let stream = Sniff::new(dial(authority, 443).await?);
         let connector = tokio_rustls::TlsConnector::from(self.tls()?);
-        let name = ServerName::try_from(host_name(authority).to_string())
-            .map_err(|e| format!("invalid server name {authority}: {e}"))?;
+        let name = ServerName::try_from(host_name(authority).to_string()).map_err(|source| {
+            Error::ServerName {
+                authority: authority.to_string(),
+                source,
+            }
+        })?;
         match connector.connect(name, stream).into_fallible().await {
-            Ok(tls) => exchange(tls, req).await,
+            Ok(tls) => handshake(tls).await,
             Err((_, sniffed)) if self.fallback && sniffed.answered_in_http() => {
                 self.plain_from_now.store(true, Ordering::Relaxed);
-                let stream = dial(authority, 80).await?;
-                exchange(stream, req).await
+                handshake(dial(authority, 80).await?).await
             }
-            Err((e, _)) => Err(tls_reason(&e)),
+            Err((e, _)) => Err(Error::Handshake(e)),
         }
     }
 }
 
 /// Connects to `host:port` (`default_port` when the authority has none).
-async fn dial(authority: &str, default_port: u16) -> Result<tokio::net::TcpStream, String> {
+async fn dial(authority: &str, default_port: u16) -> Result<tokio::net::TcpStream, Error> {
     let addr = match super::config::port(authority) {
         Some(_) => authority.to_string(),
         None => format!("{authority}:{default_port}"),
     };
     tokio::net::TcpStream::connect(&addr)
         .await
-        .map_err(|e| format!("dial tcp {addr}: {}", io_reason(&e)))
+        .map_err(|source| Error::Dial { addr, source })
 }
 
-/// One request on a fresh connection.
-async fn exchange<S>(stream: S, req: &Request) -> Result<Response, String>
+/// HTTP/1.1 over a connection, its driver on a task of its own.
+async fn handshake<S>(stream: S) -> Result<Sender, Error>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (_, authority, path) =
-        split_url(&req.url).ok_or_else(|| format!("invalid URL {:?}", req.url))?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::Exchange)?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
+    Ok(sender)
+}
+
+/// One request, its response read whole.
+async fn exchange(sender: &mut Sender, req: &Request) -> Result<Response, Error> {
+    let (_, authority, path) = split_url(&req.url).ok_or_else(|| Error::Url(req.url.clone()))?;
     let mut builder = HttpRequest::builder()
         .method(req.method.clone())
         .uri(path)
@@ -166,11 +276,11 @@ where
     }
     let request = builder
         .body(Full::new(req.body.clone()))
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::Build)?;
     let resp = sender
         .send_request(request)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::Exchange)?;
     let status = resp.status();
     let headers = resp.headers().clone();
     let body = if req.method == Method::HEAD {
@@ -179,7 +289,7 @@ where
         http_body_util::Limited::new(resp.into_body(), MAX_BODY)
             .collect()
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(Error::Body)?
             .to_bytes()
     };
     Ok(Response {
@@ -197,11 +307,35 @@ fn io_reason(e: &io::Error) -> String {
     }
 }
 
+/// A failed exchange in Go's words when TLS failed under it (a TLS 1.3 server refuses a client
+/// certificate only after the handshake), else hyper's.
+fn exchange_reason(e: &hyper::Error) -> String {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = source {
+        // An `io::Error`'s own `source` skips the error it wraps.
+        let wrapped = s
+            .downcast_ref::<io::Error>()
+            .and_then(|io| io.get_ref())
+            .map(|inner| inner as &(dyn std::error::Error + 'static));
+        for candidate in [Some(s), wrapped].into_iter().flatten() {
+            if let Some(rustls_error) = candidate.downcast_ref::<rustls::Error>() {
+                return rustls_reason(rustls_error);
+            }
+        }
+        source = s.source();
+    }
+    e.to_string()
+}
+
 /// A failed handshake in Go's words.
 fn tls_reason(e: &io::Error) -> String {
-    let Some(rustls_error) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) else {
-        return io_reason(e);
-    };
+    match e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
+        Some(rustls_error) => rustls_reason(rustls_error),
+        None => io_reason(e),
+    }
+}
+
+fn rustls_reason(rustls_error: &rustls::Error) -> String {
     match rustls_error {
         rustls::Error::InvalidCertificate(c) => {
             format!("tls: failed to verify certificate: {}", x509_reason(c))
@@ -346,7 +480,7 @@ pub(super) struct TlsOptions<'a> {
 
 /// The rustls configuration of an endpoint host; `Err` says in containerd's words which file failed.
 /// Hosts without settings share one configuration per verification mode, made once.
-pub(super) fn client_config(options: &TlsOptions<'_>) -> Result<Arc<ClientConfig>, String> {
+pub(super) fn client_config(options: &TlsOptions<'_>) -> Result<Arc<ClientConfig>, Error> {
     static VERIFYING: OnceLock<Arc<ClientConfig>> = OnceLock::new();
     static ACCEPTING: OnceLock<Arc<ClientConfig>> = OnceLock::new();
     if options.settings.is_some() {
@@ -364,11 +498,11 @@ pub(super) fn client_config(options: &TlsOptions<'_>) -> Result<Arc<ClientConfig
     Ok(shared.get_or_init(|| config).clone())
 }
 
-fn build_client_config(options: &TlsOptions<'_>) -> Result<Arc<ClientConfig>, String> {
+fn build_client_config(options: &TlsOptions<'_>) -> Result<Arc<ClientConfig>, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::Rustls)?;
     let skip = match options.settings {
         Some(tls) => tls.insecure_skip_verify,
         None => options.skip_verify_by_default,
@@ -383,7 +517,7 @@ fn build_client_config(options: &TlsOptions<'_>) -> Result<Arc<ClientConfig>, St
     let mut config = match client_identity(options.settings)? {
         Some((chain, key)) => builder
             .with_client_auth_cert(chain, key)
-            .map_err(|e| format!("failed to load X509 key pair: {e}"))?,
+            .map_err(|e| Error::KeyPair(e.to_string()))?,
         None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
@@ -391,26 +525,22 @@ fn build_client_config(options: &TlsOptions<'_>) -> Result<Arc<ClientConfig>, St
 }
 
 /// The system's roots (read once) and the host's `ca_file`.
-fn roots(settings: Option<&Tls>) -> Result<RootCertStore, String> {
+fn roots(settings: Option<&Tls>) -> Result<RootCertStore, Error> {
     static SYSTEM: OnceLock<Vec<CertificateDer<'static>>> = OnceLock::new();
     let system = SYSTEM.get_or_init(|| rustls_native_certs::load_native_certs().certs);
     let mut store = RootCertStore::empty();
     store.add_parsable_certificates(system.iter().cloned());
     if let Some(path) = settings.and_then(|t| t.ca_file.as_ref()) {
-        let shown = path.display();
-        let pem = std::fs::read(path).map_err(|e| {
-            format!(
-                "unable to read CA cert {:?}: open {shown}: {}",
-                shown.to_string(),
-                os_reason(&e)
-            )
+        let pem = std::fs::read(path).map_err(|source| Error::ReadCa {
+            path: path.clone(),
+            source,
         })?;
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
             .filter_map(Result::ok)
             .collect();
         let (added, _) = store.add_parsable_certificates(certs);
         if added == 0 {
-            return Err(format!("unable to load CA cert {:?}", shown.to_string()));
+            return Err(Error::LoadCa(path.clone()));
         }
     }
     Ok(store)
@@ -419,18 +549,14 @@ fn roots(settings: Option<&Tls>) -> Result<RootCertStore, String> {
 /// The client certificate chain and key of `cert_file`/`key_file`.
 fn client_identity(
     settings: Option<&Tls>,
-) -> Result<Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>, String> {
+) -> Result<Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>, Error> {
     let Some(cert_file) = settings.and_then(|t| t.cert_file.as_ref()) else {
         return Ok(None);
     };
-    let read = |path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| {
-            format!(
-                "unable to read CERT file {:?}: open {}: {}",
-                path.display().to_string(),
-                path.display(),
-                os_reason(&e)
-            )
+    let read = |path: &PathBuf| {
+        std::fs::read(path).map_err(|source| Error::ReadCert {
+            path: path.clone(),
+            source,
         })
     };
     let cert_pem = read(cert_file)?;
@@ -442,14 +568,12 @@ fn client_identity(
         .filter_map(Result::ok)
         .collect();
     if chain.is_empty() {
-        return Err(
-            "failed to load X509 key pair: tls: failed to find any PEM data in certificate input"
-                .into(),
-        );
+        return Err(Error::KeyPair(
+            "tls: failed to find any PEM data in certificate input".into(),
+        ));
     }
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|_| {
-        "failed to load X509 key pair: tls: failed to find any PEM data in key input".to_string()
-    })?;
+    let key = PrivateKeyDer::from_pem_slice(&key_pem)
+        .map_err(|_| Error::KeyPair("tls: failed to find any PEM data in key input".into()))?;
     Ok(Some((chain, key)))
 }
 
@@ -555,7 +679,7 @@ mod tests {
         })
         .unwrap_err();
         assert_eq!(
-            err,
+            err.to_string(),
             "unable to read CA cert \"/nonexistent/ca.pem\": open /nonexistent/ca.pem: no such file or directory"
         );
     }
