@@ -15,7 +15,7 @@ use crate::{
     deliver,
     image::cargo,
     lifecycle::{self, DownOptions, UpOptions},
-    report::Silent,
+    report::{Event, Reporter, Silent},
 };
 
 /// Deadline of each wait in the loop figures.
@@ -187,6 +187,10 @@ impl Bench {
 
     /// `push-image app` with a rollout; its outcome, or its error.
     async fn push(&self) -> Result<deliver::Outcome, Error> {
+        self.push_reporting(&Silent).await
+    }
+
+    async fn push_reporting(&self, reporter: &dyn Reporter) -> Result<deliver::Outcome, Error> {
         let flags = deliver::PushFlags {
             rollout: true,
             timeout: LOOP_TIMEOUT,
@@ -194,7 +198,7 @@ impl Bench {
             wait_for_termination: false,
         };
         let components = [String::from("app")];
-        let outcome = deliver::push(&self.config, &components, flags, &Silent)
+        let outcome = deliver::push(&self.config, &components, flags, reporter)
             .await
             .map_err(|e| step("push-image").of(e))?
             .remove(0);
@@ -204,9 +208,11 @@ impl Bench {
         }
     }
 
-    /// A one-line change pushed: the build timed on its own (so the push
-    /// finds it done), then the push split into upload and rollout+wait,
-    /// and the wait's lag behind an independent watch.
+    /// A one-line change pushed as a user pushes it: one `push-image`
+    /// from the edit, which builds, uploads, rolls out and waits. Its
+    /// build ends at the build's last progress event, its upload at the
+    /// `pushed` event, and the wait's lag behind an independent watch is
+    /// measured too.
     async fn one_line_change(
         &self,
         client: &Client,
@@ -214,21 +220,22 @@ impl Bench {
         samples: &mut Samples,
     ) -> Result<(), Error> {
         self.project.source(&format!("v{}", run + 2)).await?;
-        let started = Instant::now();
-        let build = self.project.cargo_build();
-        tokio::task::block_in_place(|| cargo::build_binary(&build))
-            .map_err(|e| step("cargo build").of(e))?;
-        samples.build.push(started.elapsed().as_secs_f64());
         let observer = observe_rollout(client.clone(), "bench", "app=app");
-        let pushed = Instant::now();
-        let outcome = self.push().await?;
+        let timeline = Timeline::default();
+        let started = Instant::now();
+        let outcome = self.push_reporting(&timeline).await?;
         let returned = Instant::now();
-        let wait = outcome.wait_ms as f64 / 1000.0;
+        let (built, pushed) = timeline.marks(started);
+        samples
+            .build
+            .push(built.duration_since(started).as_secs_f64());
         samples
             .upload
-            .push(returned.duration_since(pushed).as_secs_f64() - wait);
-        samples.rollout.push(wait);
-        samples.total.push(started.elapsed().as_secs_f64());
+            .push(pushed.duration_since(built).as_secs_f64());
+        samples.rollout.push(outcome.wait_ms as f64 / 1000.0);
+        samples
+            .total
+            .push(returned.duration_since(started).as_secs_f64());
         if let Ok(Ok(seen)) = tokio::time::timeout(Duration::from_secs(5), observer).await {
             let lag = returned.saturating_duration_since(seen);
             samples.latency.push(lag.as_secs_f64() * 1000.0);
@@ -251,6 +258,35 @@ impl Bench {
             kubeconfig: config.state_dir().join(crate::kubeconfig::HOST_FILE),
         };
         tokio::task::block_in_place(|| hand.run(&self.project))
+    }
+}
+
+/// When a push's build and upload ended, as its events tell.
+#[derive(Default)]
+struct Timeline {
+    /// The last build progress, and the `pushed` event.
+    marks: std::sync::Mutex<(Option<Instant>, Option<Instant>)>,
+}
+
+impl Reporter for Timeline {
+    fn report(&self, event: &Event) {
+        let now = Instant::now();
+        let mut marks = self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        match event {
+            Event::BuildProgress { .. } => marks.0 = Some(now),
+            Event::Component { detail, .. } if detail.starts_with("pushed ") => marks.1 = Some(now),
+            _ => {}
+        }
+    }
+}
+
+impl Timeline {
+    /// (build ended, upload ended); a build that compiled nothing ended
+    /// at `started`.
+    fn marks(&self, started: Instant) -> (Instant, Instant) {
+        let marks = *self.marks.lock().unwrap_or_else(|e| e.into_inner());
+        let built = marks.0.unwrap_or(started);
+        (built, marks.1.unwrap_or(built))
     }
 }
 
