@@ -83,3 +83,30 @@ pub fn auths(host: &str, user: &str, password: &str) -> serde_json::Value {
     let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
     serde_json::json!({"auths": {host: {"auth": auth}}})
 }
+
+/// A credential helper script on PATH that gives `USER`/`PASSWORD` for
+/// `host`; removed on drop.
+pub struct CredentialHelper {
+    pub name: String,
+    path: PathBuf,
+}
+
+impl CredentialHelper {
+    pub fn install(host: &str) -> CredentialHelper {
+        use std::os::unix::fs::PermissionsExt;
+        let name = crate::unique_name("devenvit");
+        let path = PathBuf::from(format!("/usr/local/bin/docker-credential-{name}"));
+        let script = format!(
+            "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread server\nif [ \"$server\" = '{host}' ]; then\n  printf '{{\"ServerURL\":\"%s\",\"Username\":\"{USER}\",\"Secret\":\"{PASSWORD}\"}}' \"$server\"\nelse\n  echo 'credentials not found in native keychain'; exit 1\nfi\n"
+        );
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        CredentialHelper { name, path }
+    }
+}
+
+impl Drop for CredentialHelper {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

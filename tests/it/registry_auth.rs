@@ -11,7 +11,9 @@ use dev_env::{
 };
 use dev_env_tests::{
     DockerCleanup, Project, free_port, require_docker,
-    secure_registry::{PASSWORD, SecureRegistry, USER, auths, certificates, docker_config},
+    secure_registry::{
+        CredentialHelper, PASSWORD, SecureRegistry, USER, auths, certificates, docker_config,
+    },
     unique_name,
 };
 
@@ -57,33 +59,6 @@ async fn push(
     results.remove(0)
 }
 
-/// A credential helper script on PATH that gives `USER`/`PASSWORD` for
-/// `host`; removed on drop.
-struct Helper {
-    name: String,
-    path: PathBuf,
-}
-
-impl Helper {
-    fn install(host: &str) -> Helper {
-        use std::os::unix::fs::PermissionsExt;
-        let name = unique_name("devenvit");
-        let path = PathBuf::from(format!("/usr/local/bin/docker-credential-{name}"));
-        let script = format!(
-            "#!/bin/sh\n[ \"$1\" = get ] || exit 1\nread server\nif [ \"$server\" = '{host}' ]; then\n  printf '{{\"ServerURL\":\"%s\",\"Username\":\"{USER}\",\"Secret\":\"{PASSWORD}\"}}' \"$server\"\nelse\n  echo 'credentials not found in native keychain'; exit 1\nfi\n"
-        );
-        std::fs::write(&path, script).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Helper { name, path }
-    }
-}
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
 #[tokio::test]
 async fn pushes_to_a_tls_registry_with_credentials_docker_login_stored() {
     require_docker();
@@ -110,7 +85,7 @@ async fn pushes_to_a_tls_registry_with_credentials_docker_login_stored() {
     assert_eq!(docker_built.uploaded_blobs, 3, "{docker_built:?}");
 
     // A credential helper.
-    let helper = Helper::install(&host);
+    let helper = CredentialHelper::install(&host);
     let helped = docker_config(serde_json::json!({"credHelpers": {&host: &helper.name}}));
     project.edit(
         "hello/src/main.rs",

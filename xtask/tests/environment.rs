@@ -279,7 +279,9 @@ fn watch_speaks_json_and_stops_on_ctrl_c(config: &Path) {
 /// login` stored; without them `dev up` changes nothing.
 #[test]
 fn an_existing_cluster_pulls_from_a_private_registry_through_the_pull_secret() {
-    use dev_env_tests::secure_registry::{PASSWORD, SecureRegistry, USER, auths, docker_config};
+    use dev_env_tests::secure_registry::{
+        CredentialHelper, PASSWORD, SecureRegistry, USER, auths, docker_config,
+    };
     dev_env_tests::require_docker();
     let registry = SecureRegistry::start();
     let host = registry.host();
@@ -405,6 +407,43 @@ fn an_existing_cluster_pulls_from_a_private_registry_through_the_pull_secret() {
     let static_after = dev_env_tests::serving_image_ids(&kubeconfig, "it", "app=static");
     assert_eq!(static_after.len(), 1, "{static_after:?}");
     assert_ne!(static_after, static_before);
+
+    // `push-image --no-rollout` with a credential helper's credentials; a
+    // push of nothing new uploads nothing; a wrong password is refused
+    // with the registry and how to log in, never shown.
+    let helper = CredentialHelper::install(&host);
+    let helped = docker_config(serde_json::json!({"credHelpers": {&host: &helper.name}}));
+    project.edit("static/b.txt", "b: pushed with the helper's credentials\n");
+    project.edit(
+        "hello/src/main.rs",
+        "fn main() {\n    println!(\"hello, three\");\n}\n",
+    );
+    let push = |docker: &Path| {
+        run(
+            docker,
+            &["push-image", "--no-rollout", "--json", "hello", "static"],
+        )
+    };
+    let out = push(helped.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let out = push(helped.path());
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for component in report["components"].as_array().unwrap() {
+        assert_eq!(component["uploadedBytes"], 0, "{component}");
+    }
+    let wrong = docker_config(auths(&host, USER, "wrong-pw"));
+    for component in ["hello", "static"] {
+        project.edit("static/b.txt", &format!("b: refused for {component}\n"));
+        let out = run(wrong.path(), &["push-image", "--no-rollout", component]);
+        assert!(!out.status.success(), "{}", text(&out));
+        assert!(
+            text(&out).contains(&format!("docker login {host}")),
+            "{}",
+            text(&out)
+        );
+        assert!(!text(&out).contains("wrong-pw"), "{}", text(&out));
+    }
 
     // Applying again changes neither the secret nor the account.
     let version =
