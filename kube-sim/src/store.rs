@@ -58,6 +58,7 @@ mod retention;
 mod streams;
 mod tokens;
 mod update;
+mod version;
 mod watcher;
 
 use history::{EventKind, Histories, push_event};

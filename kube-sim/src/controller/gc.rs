@@ -10,18 +10,20 @@
 //! Foreground deletion (an owner marked with the `foregroundDeletion` finalizer) is in [`foreground`].
 
 mod foreground;
+mod inbox;
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::{Config, Error, MANAGER, Queue};
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, DeleteOptions, Endpoint, SharedEvent, Store, WriteOptions};
+use crate::store::{self, DeleteOptions, Endpoint, Store, WriteOptions};
+use inbox::{Change, Inbox, Summary};
 
 /// How often the set of served resources is checked for new custom resources.
 const DISCOVERY_INTERVAL: Duration = Duration::from_millis(500);
@@ -43,12 +45,9 @@ struct ObjKey {
     name: String,
 }
 
-/// An event of a followed resource.
-struct Input(GroupResource, SharedEvent);
-
 /// Runs the garbage collector until `shutdown` flips.
 pub async fn run(store: Store, config: Config, mut shutdown: watch::Receiver<bool>) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<Input>();
+    let inbox = Inbox::default();
     let mut watched: HashMap<GroupResource, JoinHandle<()>> = HashMap::new();
     let queue: Queue<ObjKey> = Queue::new();
     let waiting: Queue<ObjKey> = Queue::new();
@@ -58,12 +57,12 @@ pub async fn run(store: Store, config: Config, mut shutdown: watch::Receiver<boo
     loop {
         tokio::select! {
             _ = shutdown.wait_for(|s| *s) => break,
-            _ = tick.tick() => discover(&store, &tx, &mut watched, &watch_shutdown),
-            Some(input) = rx.recv() => {
-                let crd_changed = input.0 == GroupResource::crds();
-                index.apply(input, &Queues { collect: &queue, waiting: &waiting }, config.gc_delay);
+            _ = tick.tick() => discover(&store, &inbox, &mut watched, &watch_shutdown),
+            change = inbox.next() => {
+                let crd_changed = change_resource(&change) == &GroupResource::crds();
+                index.apply(change, &Queues { collect: &queue, waiting: &waiting }, config.gc_delay);
                 if crd_changed {
-                    discover(&store, &tx, &mut watched, &watch_shutdown);
+                    discover(&store, &inbox, &mut watched, &watch_shutdown);
                 }
             }
             key = waiting.next() => {
@@ -101,7 +100,7 @@ pub async fn run(store: Store, config: Config, mut shutdown: watch::Receiver<boo
 /// Starts a watch for every served resource not watched yet, and stops those no longer served.
 fn discover(
     store: &Store,
-    tx: &mpsc::UnboundedSender<Input>,
+    inbox: &Inbox,
     watched: &mut HashMap<GroupResource, JoinHandle<()>>,
     shutdown: &watch::Receiver<bool>,
 ) {
@@ -124,7 +123,7 @@ fn discover(
         let task = tokio::spawn(watch_resource(
             store.clone(),
             gr.clone(),
-            tx.clone(),
+            inbox.clone(),
             shutdown.clone(),
         ));
         watched.insert(gr, task);
@@ -136,15 +135,22 @@ fn discover(
 async fn watch_resource(
     store: Store,
     gr: GroupResource,
-    tx: mpsc::UnboundedSender<Input>,
+    inbox: Inbox,
     shutdown: watch::Receiver<bool>,
 ) {
     super::follow(&store, &gr.clone(), shutdown, |e| {
-        if !matches!(e, SharedEvent::Bookmark(_)) {
-            let _ = tx.send(Input(gr.clone(), e));
+        if let Some(change) = Change::of(&gr, &e) {
+            inbox.put(change);
         }
     })
     .await;
+}
+
+/// The resource a change is of.
+fn change_resource(change: &Change) -> &GroupResource {
+    match change {
+        Change::Present(s) | Change::Gone(s) => &s.key.resource,
+    }
 }
 
 /// A reference to an owner.
@@ -166,15 +172,14 @@ struct Index {
 }
 
 impl Index {
-    fn apply(&mut self, input: Input, queues: &Queues<'_>, delay: Duration) {
+    fn apply(&mut self, change: Change, queues: &Queues<'_>, delay: Duration) {
         let queue = queues.collect;
-        match input {
-            Input(gr, SharedEvent::Added(obj) | SharedEvent::Modified(obj)) => {
-                self.note_waiting(&gr, &obj, queues.waiting, delay);
-                let key = obj_key(&gr, &obj);
-                let uid = meta::str_at(&obj, "/metadata/uid")
-                    .unwrap_or("")
-                    .to_string();
+        match change {
+            Change::Present(obj) => {
+                self.note_waiting(&obj, queues.waiting, delay);
+                let Summary {
+                    key, uid, owners, ..
+                } = obj;
                 if let Some(old_uid) = self.uids.get(&key)
                     && *old_uid != uid
                 {
@@ -183,7 +188,6 @@ impl Index {
                     self.gone(&key, &old_uid, queue, delay);
                 }
                 self.uids.insert(key.clone(), uid.clone());
-                let owners = owner_refs(&obj);
                 let previous = self.objects.get(&key).map(|(_, o)| o.clone());
                 if previous.as_ref() == Some(&owners) {
                     return;
@@ -206,43 +210,30 @@ impl Index {
                 self.objects.insert(key.clone(), (uid, owners));
                 queue.add_after(key, delay);
             }
-            Input(gr, SharedEvent::Deleted(obj)) => {
+            Change::Gone(obj) => {
                 self.wake_owners(&obj, queues.waiting, delay);
-                let key = obj_key(&gr, &obj);
-                let uid = meta::str_at(&obj, "/metadata/uid")
-                    .unwrap_or("")
-                    .to_string();
-                if self.uids.get(&key) == Some(&uid) {
-                    self.uids.remove(&key);
+                if self.uids.get(&obj.key) == Some(&obj.uid) {
+                    self.uids.remove(&obj.key);
                 }
-                self.gone(&key, &uid, queue, delay);
+                self.gone(&obj.key, &obj.uid, queue, delay);
             }
-            Input(_, SharedEvent::Bookmark(_) | SharedEvent::Error(_)) => {}
         }
     }
 
     /// Records an owner deleted in the foreground, and wakes the waiting owners of a changed dependent.
-    fn note_waiting(
-        &mut self,
-        gr: &GroupResource,
-        obj: &Value,
-        waiting: &Queue<ObjKey>,
-        delay: Duration,
-    ) {
-        let uid = meta::str_at(obj, "/metadata/uid").unwrap_or("");
-        if foreground::is_waiting(obj) {
-            let key = obj_key(gr, obj);
-            self.waiting.insert(uid.to_string(), key.clone());
-            waiting.add_after(key, delay);
+    fn note_waiting(&mut self, obj: &Summary, waiting: &Queue<ObjKey>, delay: Duration) {
+        if obj.waiting {
+            self.waiting.insert(obj.uid.clone(), obj.key.clone());
+            waiting.add_after(obj.key.clone(), delay);
         } else {
-            self.waiting.remove(uid);
+            self.waiting.remove(&obj.uid);
         }
         self.wake_owners(obj, waiting, delay);
     }
 
     /// Queues the owners of `obj` that wait for their dependents.
-    fn wake_owners(&self, obj: &Value, waiting: &Queue<ObjKey>, delay: Duration) {
-        for owner in owner_refs(obj) {
+    fn wake_owners(&self, obj: &Summary, waiting: &Queue<ObjKey>, delay: Duration) {
+        for owner in &obj.owners {
             if let Some(key) = self.waiting.get(&owner.uid) {
                 waiting.add_after(key.clone(), delay);
             }

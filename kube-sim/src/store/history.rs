@@ -2,8 +2,8 @@
 //! for [`HISTORY_WINDOW`] and at most [`StoreConfig::history`] events per resource, whichever is shorter.
 //! A watch or a `continue` token from a version older than what a resource keeps gets 410 `Expired`.
 //!
-//! Events share the stored objects (`Arc`): a version that is replaced lives on only in the history, and
-//! is freed once its events have expired.
+//! An event shares the stored object (`Arc`) while that is the object's newest version; once it is
+//! replaced or deleted the history keeps it as JSON (see [`super::version`]), freed when its events expire.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::version::{Frozen, Version};
 use super::{Error, Key, Result, State, Store, StoreConfig, next_rv};
 use crate::meta;
 use crate::resource::GroupResource;
@@ -31,9 +32,10 @@ pub(super) struct LogEntry {
     pub(super) rv: u64,
     at: Instant,
     pub(super) namespace: String,
+    pub(super) name: String,
     pub(super) kind: EventKind,
-    pub(super) object: Arc<Value>,
-    pub(super) previous: Option<Arc<Value>>,
+    pub(super) object: Version,
+    pub(super) previous: Option<Version>,
 }
 
 /// The events of one resource and the newest version that has been dropped.
@@ -124,14 +126,13 @@ impl History {
         let start = self.events.partition_point(|e| e.rv <= rv);
         let mut undone = std::collections::HashSet::new();
         for e in self.events.iter().skip(start) {
-            let name = meta::str_at(&e.object, "/metadata/name").unwrap_or_default();
-            let key = (e.namespace.clone(), name.to_string());
+            let key = (e.namespace.clone(), e.name.clone());
             if !undone.insert(key.clone()) {
                 continue;
             }
             match (e.kind, &e.previous) {
                 (EventKind::Added, _) | (_, None) => objects.remove(&key),
-                (_, Some(before)) => objects.insert(key, before.clone()),
+                (_, Some(before)) => objects.insert(key, before.value()),
             };
         }
         objects
@@ -202,6 +203,9 @@ pub(super) fn store_object(
     push_event(st, config, gr, &key.0, kind, object, previous);
 }
 
+/// Records an event of `gr`: `object` as the event has it, `previous` the stored version it replaces or
+/// removes. That version, and a deleted object's last state, are kept as JSON from now on: the history's
+/// events that share them are frozen with them.
 pub(super) fn push_event(
     st: &mut State,
     config: &StoreConfig,
@@ -212,19 +216,34 @@ pub(super) fn push_event(
     previous: Option<Arc<Value>>,
 ) {
     let rv = meta::resource_version_of(&object).unwrap_or(st.rv);
+    let name = meta::name_of(&object).to_string();
     let now = Instant::now();
-    st.history
-        .by_resource
-        .entry(gr.clone())
-        .or_default()
-        .events
-        .push_back(LogEntry {
-            rv,
-            at: now,
-            namespace: namespace.to_string(),
-            kind,
-            object,
-            previous,
-        });
+    let history = st.history.by_resource.entry(gr.clone()).or_default();
+    let previous = previous.map(|p| Version::Frozen(history.freeze(gr, &p)));
+    let object = match kind {
+        EventKind::Deleted => Version::Frozen(Version::freeze(gr, &object)),
+        EventKind::Added | EventKind::Modified => Version::Live(object),
+    };
+    history.events.push_back(LogEntry {
+        rv,
+        at: now,
+        namespace: namespace.to_string(),
+        name,
+        kind,
+        object,
+        previous,
+    });
     st.history.trim(now, config.history.max(1));
+}
+
+impl History {
+    /// Freezes `replaced`, a stored version that a write replaces or removes, in the newest event that
+    /// shares it; returns the frozen version for the write's own event.
+    fn freeze(&mut self, gr: &GroupResource, replaced: &Arc<Value>) -> Arc<Frozen> {
+        let frozen = Version::freeze(gr, replaced);
+        if let Some(e) = self.events.iter_mut().rev().find(|e| e.object.is(replaced)) {
+            e.object = Version::Frozen(frozen.clone());
+        }
+        frozen
+    }
 }

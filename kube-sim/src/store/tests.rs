@@ -398,3 +398,89 @@ async fn a_slow_watcher_is_expired_instead_of_buffering_the_history() {
     }
     assert!(read < 420, "the watcher buffered {read} events");
 }
+
+/// The versions `gr`'s history keeps as JSON and as live objects.
+fn kept_versions(s: &Store, gr: &GroupResource) -> (usize, usize) {
+    let st = s.lock();
+    let history = st.history.of(gr).expect("a history");
+    let versions = history
+        .events
+        .iter()
+        .flat_map(|e| std::iter::once(&e.object).chain(e.previous.as_ref()));
+    versions.fold((0, 0), |(frozen, live), v| match v {
+        version::Version::Frozen(_) => (frozen + 1, live),
+        version::Version::Live(_) => (frozen, live + 1),
+    })
+}
+
+#[tokio::test]
+async fn the_history_keeps_replaced_versions_as_json_and_replays_them_unchanged() {
+    let s = store();
+    let from = s.current_resource_version();
+    let web = GroupResource::deployments();
+    let mut written = vec![create(&s, &web, deployment("web")).unwrap()];
+    for replicas in 2..=4 {
+        written.push(merge(
+            &s,
+            &web,
+            "web",
+            None,
+            json!({"spec": {"replicas": replicas}}),
+        ));
+    }
+    let deleted = match s
+        .delete(&web, NS, "web", &DeleteOptions::default())
+        .unwrap()
+    {
+        Deleted::Gone(o) => o,
+        other => panic!("unexpected {other:?}"),
+    };
+    // Every version but none live: the four replaced ones (each an event's object and the next one's
+    // previous), and the deleted object's last state.
+    assert_eq!(kept_versions(&s, &web), (9, 0));
+
+    let selected = ListOptions {
+        label_selector: Some("app=web".into()),
+        ..ListOptions::default()
+    };
+    for opts in [ListOptions::default(), selected] {
+        let mut w = s.watch(&web, NS, Some(from), &opts).unwrap();
+        let mut events = Vec::new();
+        for _ in 0..5 {
+            events.push(w.next().await.unwrap());
+        }
+        let mut expected: Vec<WatchEvent> = written
+            .iter()
+            .enumerate()
+            .map(|(i, o)| match i {
+                0 => WatchEvent::Added(o.clone()),
+                _ => WatchEvent::Modified(o.clone()),
+            })
+            .collect();
+        expected.push(WatchEvent::Deleted(deleted.clone()));
+        assert_eq!(events, expected);
+    }
+
+    let at_second = written[1]["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let opts = ListOptions {
+        version: ListVersion::Exact(at_second),
+        ..ListOptions::default()
+    };
+    let snapshot = s.list(&web, NS, &opts).unwrap();
+    assert_eq!(snapshot.items, vec![written[1].clone()]);
+}
+
+#[tokio::test]
+async fn the_newest_version_stays_shared_with_the_store() {
+    let s = store();
+    let web = GroupResource::deployments();
+    create(&s, &web, deployment("web")).unwrap();
+    merge(&s, &web, "web", None, json!({"spec": {"replicas": 2}}));
+    // The created version is frozen (as its event's object and the update's previous); the update's
+    // object is the stored one.
+    assert_eq!(kept_versions(&s, &web), (2, 1));
+}

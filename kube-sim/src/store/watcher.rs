@@ -1,5 +1,6 @@
 //! Watches: a [`Watcher`] reads its resource's history in `resourceVersion` order, its events sharing the
-//! stored objects until a consumer asks for its own copy.
+//! stored objects until a consumer asks for its own copy. Versions the history keeps as JSON are parsed
+//! when the consumer takes their event, outside the store's lock.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use tokio::sync::watch;
 
 use super::history::EventKind;
 use super::list::parse_selectors;
+use super::version::Version;
 use super::{Error, ListOptions, Result, Store};
 use crate::resource::GroupResource;
 use crate::selector::{FieldSelector, LabelSelector};
@@ -112,7 +114,7 @@ impl Store {
                             continue;
                         }
                         if labels.matches(obj) && fields.matches(obj) {
-                            pending.push_back(SharedEvent::Added(obj.clone()));
+                            pending.push_back(Queued::Added(Version::Live(obj.clone())));
                         }
                     }
                 }
@@ -143,6 +145,25 @@ impl Store {
 /// past it.
 const BUFFERED: usize = 100;
 
+/// An event taken out of the history, its object not yet parsed when the history keeps it as JSON.
+enum Queued {
+    Added(Version),
+    Modified(Version),
+    Deleted(Version),
+    Error(Value),
+}
+
+impl Queued {
+    fn shared(self) -> SharedEvent {
+        match self {
+            Queued::Added(v) => SharedEvent::Added(v.value()),
+            Queued::Modified(v) => SharedEvent::Modified(v.value()),
+            Queued::Deleted(v) => SharedEvent::Deleted(v.value()),
+            Queued::Error(s) => SharedEvent::Error(s),
+        }
+    }
+}
+
 /// A running watch over one resource. Dropping it ends the watch.
 pub struct Watcher {
     store: Store,
@@ -152,7 +173,7 @@ pub struct Watcher {
     fields: FieldSelector,
     cursor: u64,
     rx: watch::Receiver<u64>,
-    pending: VecDeque<SharedEvent>,
+    pending: VecDeque<Queued>,
     initial: usize,
     done: bool,
 }
@@ -173,7 +194,7 @@ impl Watcher {
                 self.fill();
             }
             if let Some(e) = self.pending.pop_front() {
-                return Some(e);
+                return Some(e.shared());
             }
             if self.done {
                 return None;
@@ -195,7 +216,7 @@ impl Watcher {
         let n = self.initial.min(self.pending.len());
         self.pending
             .drain(..n)
-            .filter_map(|e| e.object().cloned())
+            .filter_map(|e| e.shared().object().cloned())
             .collect()
     }
 
@@ -212,7 +233,7 @@ impl Watcher {
     fn fill(&mut self) {
         let st = self.store.lock();
         if let Err(err) = st.history.check(&self.resource, self.cursor) {
-            self.pending.push_back(SharedEvent::Error(err.status()));
+            self.pending.push_back(Queued::Error(err.status()));
             self.done = true;
             return;
         }
@@ -227,18 +248,19 @@ impl Watcher {
                 if self.namespace.as_ref().is_some_and(|n| *n != e.namespace) {
                     continue;
                 }
-                let now = self.labels.matches(&e.object) && self.fields.matches(&e.object);
-                let before = e
-                    .previous
-                    .as_ref()
-                    .is_some_and(|p| self.labels.matches(p) && self.fields.matches(p));
+                let selected = |v: &Version| {
+                    let v = v.selectable();
+                    self.labels.matches(v) && self.fields.matches(v)
+                };
+                let now = selected(&e.object);
+                let before = e.previous.as_ref().is_some_and(selected);
                 let obj = || e.object.clone();
                 let event = match e.kind {
-                    EventKind::Added if now => Some(SharedEvent::Added(obj())),
-                    EventKind::Modified if now && before => Some(SharedEvent::Modified(obj())),
-                    EventKind::Modified if now => Some(SharedEvent::Added(obj())),
-                    EventKind::Modified if before => Some(SharedEvent::Deleted(obj())),
-                    EventKind::Deleted if now || before => Some(SharedEvent::Deleted(obj())),
+                    EventKind::Added if now => Some(Queued::Added(obj())),
+                    EventKind::Modified if now && before => Some(Queued::Modified(obj())),
+                    EventKind::Modified if now => Some(Queued::Added(obj())),
+                    EventKind::Modified if before => Some(Queued::Deleted(obj())),
+                    EventKind::Deleted if now || before => Some(Queued::Deleted(obj())),
                     _ => None,
                 };
                 if let Some(ev) = event {
