@@ -3,7 +3,7 @@
 //! and an htpasswd file, credentials from a Docker client configuration as
 //! `docker login` writes it (a plain `auths` entry, or a credential helper).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use dev_env::{
     config::Config,
@@ -14,7 +14,6 @@ use dev_env_tests::{
     secure_registry::{
         CredentialHelper, PASSWORD, SecureRegistry, USER, auths, certificates, docker_config,
     },
-    unique_name,
 };
 
 const QUIET: PushOptions<'static> = PushOptions {
