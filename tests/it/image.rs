@@ -154,7 +154,7 @@ async fn a_build_that_compiles_reports_its_progress_and_an_up_to_date_one_stays_
         progress.iter().all(|l| l.starts_with("building hello: ")),
         "{progress:?}"
     );
-    // Counted up to the total `cargo tree` gives.
+    // Counted up to its total (one crate compiles: the crates counted).
     let last = progress.last().unwrap();
     let counts = last
         .trim_start_matches("building hello: ")

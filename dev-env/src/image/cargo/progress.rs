@@ -5,7 +5,10 @@
 //! Nothing is sent while every crate is fresh, so an up-to-date build stays
 //! silent; once a crate really compiles, the count is sent at most every
 //! [`EVERY`], and once more when the build finishes. The total is the
-//! number of packages `cargo tree` lists for the build, asked only then.
+//! number of packages `cargo tree` lists for the build, asked only when a
+//! second crate compiles: a build that compiles one crate (a one-line
+//! change) ends without waiting for `cargo tree`, its total the crates it
+//! counted.
 
 use std::io::{BufRead, BufReader, Read};
 use std::time::{Duration, Instant};
@@ -43,11 +46,12 @@ struct Target {
 }
 
 /// Reads cargo's messages from `stdout` until it closes, sending progress
-/// to `sender`; `total` is asked once, when the first crate compiles.
+/// to `sender`; `total` is asked once, when a second crate compiles.
 pub fn follow(stdout: impl Read, sender: &ProgressSender, total: impl FnOnce() -> Option<usize>) {
     let mut total = Some(total);
     let mut known: Option<usize> = None;
     let mut done = 0;
+    let mut compiled = 0;
     let mut last: Option<Instant> = None;
     let send = |done: usize, known: Option<usize>| {
         let _ = sender.send(Progress {
@@ -69,16 +73,18 @@ pub fn follow(stdout: impl Read, sender: &ProgressSender, total: impl FnOnce() -
                     continue;
                 }
                 done += 1;
-                if let Some(ask) = total.take_if(|_| !message.fresh) {
+                if !message.fresh {
+                    compiled += 1;
+                }
+                if let Some(ask) = total.take_if(|_| compiled >= 2) {
                     known = ask();
                 }
-                let compiling = total.is_none();
-                if compiling && last.is_none_or(|at| at.elapsed() >= EVERY) {
+                if compiled > 0 && last.is_none_or(|at| at.elapsed() >= EVERY) {
                     send(done, known);
                     last = Some(Instant::now());
                 }
             }
-            "build-finished" if total.is_none() => send(done, known),
+            "build-finished" if compiled > 0 => send(done, known.or(Some(done))),
             _ => {}
         }
     }
@@ -140,11 +146,13 @@ mod tests {
             String::from(r#"{"reason":"build-finished","success":true}"#),
         ];
         let seen = run(&lines);
+        // The first crate that compiles is counted before the total is
+        // known; the second asks for it.
         assert_eq!(
             seen.first(),
             Some(&Progress {
                 done: 2,
-                total: Some(4)
+                total: None
             })
         );
         assert_eq!(
@@ -153,6 +161,38 @@ mod tests {
                 done: 3,
                 total: Some(4)
             })
+        );
+    }
+
+    #[test]
+    fn a_build_that_compiles_one_crate_never_asks_for_the_total() {
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let lines = [
+            artifact("a", true, "lib"),
+            artifact("app", false, "bin"),
+            String::from(r#"{"reason":"build-finished","success":true}"#),
+        ]
+        .join("\n");
+        follow(lines.as_bytes(), &sender, || {
+            panic!("cargo tree is not asked for one crate")
+        });
+        drop(sender);
+        let mut seen = Vec::new();
+        while let Ok(p) = receiver.try_recv() {
+            seen.push(p);
+        }
+        assert_eq!(
+            seen,
+            [
+                Progress {
+                    done: 2,
+                    total: None
+                },
+                Progress {
+                    done: 2,
+                    total: Some(2)
+                }
+            ]
         );
     }
 
