@@ -80,13 +80,26 @@ async fn a_replica_set_adopts_a_matching_orphan_and_releases_a_relabelled_pod() 
                 .items
                 .iter()
                 .all(|p| controller_uid(p) == Some(rs_uid.clone()));
-            (controller_uid(stray) == Some(rs_uid) && all_owned).then_some(list.items.len())
+            // The controller adopts before it creates what is missing,
+            // so a look between the two sees the orphan alone.
+            let count = list.items.len();
+            (controller_uid(stray) == Some(rs_uid) && all_owned && count >= 2).then_some(count)
         }
     })
     .await;
     assert_eq!(
         owned, 2,
         "the adopted orphan counts as one of the two replicas"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let settled = pods
+        .list(&ListParams::default().labels("app=web"))
+        .await
+        .unwrap();
+    assert_eq!(
+        settled.items.len(),
+        2,
+        "no pod is made in the orphan's place"
     );
     let stray = pods.get("stray").await.unwrap();
     let reference = &stray.metadata.owner_references.unwrap()[0];
