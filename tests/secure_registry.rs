@@ -15,7 +15,7 @@ pub const PASSWORD: &str = "s3cret-pw";
 /// A registry on 127.0.0.1 with TLS and htpasswd auth, and the files it
 /// was made from.
 pub struct SecureRegistry {
-    pub registry: DistributionRegistry,
+    registry: DistributionRegistry,
     dir: tempfile::TempDir,
 }
 

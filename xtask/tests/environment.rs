@@ -446,13 +446,14 @@ fn an_existing_cluster_pulls_from_a_private_registry_through_the_pull_secret() {
     }
 
     // Applying again changes neither the secret nor the account.
-    let version =
-        kubectl("-n it get serviceaccount default -o jsonpath={.metadata.resourceVersion}");
+    let versions = || {
+        kubectl(&format!(
+            "-n it get serviceaccount/default secret/{secret} -o jsonpath={{.items[*].metadata.resourceVersion}}"
+        ))
+    };
+    let applied = versions();
     let out = run(stored.path(), &["dev", "up"]);
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(
-        kubectl("-n it get serviceaccount default -o jsonpath={.metadata.resourceVersion}"),
-        version
-    );
+    assert_eq!(versions(), applied);
     rt.block_on(sim.shutdown());
 }

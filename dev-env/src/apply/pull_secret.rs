@@ -117,11 +117,6 @@ impl PullSecret {
         }))
     }
 
-    /// The Secret's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// Applies the Secret in every namespace and names it in the `default`
     /// ServiceAccount's `imagePullSecrets`, keeping the entries already
     /// there (the list is atomic: whoever applies it owns all of it).
@@ -132,24 +127,10 @@ impl PullSecret {
     ) -> Result<Vec<Applied>, Error> {
         let mut applied = Vec::new();
         for namespace in &self.namespaces {
-            let secret = self.secret(namespace);
-            applied.push(
-                apply_one(client, kinds, "(registry.pullSecret)", &secret, Mode::Apply)
-                    .await
-                    .map_err(Box::new)?,
-            );
-            if let Some(account) = self.account(client, namespace).await? {
-                applied.push(
-                    apply_one(
-                        client,
-                        kinds,
-                        "(registry.pullSecret)",
-                        &account,
-                        Mode::Apply,
-                    )
-                    .await
-                    .map_err(Box::new)?,
-                );
+            let account = self.account(client, namespace).await?;
+            for object in std::iter::once(self.secret(namespace)).chain(account) {
+                let done = apply_one(client, kinds, "(registry.pullSecret)", &object, Mode::Apply);
+                applied.push(done.await.map_err(Box::new)?);
             }
         }
         Ok(applied)
