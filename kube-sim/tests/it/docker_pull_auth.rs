@@ -9,9 +9,9 @@ use base64::Engine as _;
 use kube_sim::{Config, KubeletBackend, Sim};
 
 use crate::docker_kubelet::{Fixture, docker_ok, run};
-use crate::kubectl_ok;
 use crate::private_registry::{
-    PASSWORD, Pki, USER, create_pod, secure_registry, until_pull_fails, until_running,
+    PASSWORD, Pki, USER, create_pod, create_pull_secret, secure_registry, until_pull_fails,
+    until_running,
 };
 
 /// A pushed private image, untagged from the engine on drop (with what the engine pulled of it).
@@ -103,19 +103,7 @@ async fn the_engine_pulls_a_private_image_with_the_pull_secret_or_the_nodes_cred
         )),
         "{message}"
     );
-    kubectl_ok(
-        &sim,
-        &[
-            "create",
-            "secret",
-            "docker-registry",
-            "regcred",
-            &format!("--docker-server={host}"),
-            &format!("--docker-username={USER}"),
-            &format!("--docker-password={PASSWORD}"),
-        ],
-    )
-    .await;
+    create_pull_secret(&sim, "regcred", &host, USER, PASSWORD).await;
     create_pod(&sim, "with-secret", &image.name, &["regcred"]).await;
     assert_eq!(until_running(&sim, "with-secret").await, image.repo_digest);
     sim.shutdown().await;

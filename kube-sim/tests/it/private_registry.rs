@@ -122,6 +122,29 @@ async fn sim_with(registries_yaml: &str) -> Sim {
     crate::start_with(config).await
 }
 
+/// `kubectl create secret docker-registry <name>` for `server` with a user and password.
+pub(crate) async fn create_pull_secret(
+    sim: &Sim,
+    name: &str,
+    server: &str,
+    user: &str,
+    password: &str,
+) {
+    kubectl_ok(
+        sim,
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            name,
+            &format!("--docker-server={server}"),
+            &format!("--docker-username={user}"),
+            &format!("--docker-password={password}"),
+        ],
+    )
+    .await;
+}
+
 /// Creates a pod of one container through `kubectl apply --server-side`.
 pub(crate) async fn create_pod(sim: &Sim, name: &str, image: &str, pull_secrets: &[&str]) {
     let secrets: String = pull_secrets
@@ -348,19 +371,7 @@ async fn a_wrong_password_is_the_registrys_401_and_a_missing_pull_secret_is_a_wa
         ca_file_yaml(&pki.ca())
     ))
     .await;
-    kubectl_ok(
-        &sim,
-        &[
-            "create",
-            "secret",
-            "docker-registry",
-            "wrong",
-            &format!("--docker-server=https://{host}/v1/"),
-            &format!("--docker-username={USER}"),
-            "--docker-password=wrong",
-        ],
-    )
-    .await;
+    create_pull_secret(&sim, "wrong", &format!("https://{host}/v1/"), USER, "wrong").await;
     let image = format!("{host}/team/app:v1");
     // The pull secret's credentials replace the node's: the registry refuses them.
     create_pod(&sim, "refused", &image, &["gone", "wrong"]).await;
@@ -501,19 +512,7 @@ async fn a_registry_behind_a_token_server_is_pulled_with_a_token_for_the_pull_se
         tokens.asked()
     );
 
-    kubectl_ok(
-        &sim,
-        &[
-            "create",
-            "secret",
-            "docker-registry",
-            "regcred",
-            &format!("--docker-server={host}"),
-            &format!("--docker-username={}", tokens.user),
-            &format!("--docker-password={}", tokens.password),
-        ],
-    )
-    .await;
+    create_pull_secret(&sim, "regcred", &host, &tokens.user, &tokens.password).await;
     let before = tokens.asked().len();
     create_pod(&sim, "authorized", &image, &["regcred"]).await;
     assert_eq!(
