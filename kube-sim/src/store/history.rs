@@ -241,9 +241,21 @@ impl History {
     /// shares it; returns the frozen version for the write's own event.
     fn freeze(&mut self, gr: &GroupResource, replaced: &Arc<Value>) -> Arc<Frozen> {
         let frozen = Version::freeze(gr, replaced);
-        if let Some(e) = self.events.iter_mut().rev().find(|e| e.object.is(replaced)) {
+        if let Some(e) = self.sharing(replaced) {
             e.object = Version::Frozen(frozen.clone());
         }
         frozen
+    }
+
+    /// The newest event whose object is `stored`: the one at its `resourceVersion` (events are in
+    /// version order), found by a binary search; by a scan for an object without one.
+    fn sharing(&mut self, stored: &Arc<Value>) -> Option<&mut LogEntry> {
+        match meta::resource_version_of(stored) {
+            Some(rv) => {
+                let at = self.events.partition_point(|e| e.rv < rv);
+                self.events.get_mut(at).filter(|e| e.object.is(stored))
+            }
+            None => self.events.iter_mut().rev().find(|e| e.object.is(stored)),
+        }
     }
 }
