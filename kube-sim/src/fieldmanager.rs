@@ -86,7 +86,10 @@ pub fn read_entries(obj: &Value) -> Vec<Entry> {
         .collect()
 }
 
-/// Writes entries into `metadata.managedFields` (removing the key when there are none).
+/// Writes entries into `metadata.managedFields` (removing the key when there are none). Each entry's
+/// `fieldsV1` is kept as its JSON text, as kube-apiserver keeps `FieldsV1.Raw`: one string instead of a
+/// tree of small maps, which was about half of a pod's size in memory. [`crate::wire::Wire`] writes the
+/// text back as the tree it holds, so clients see no difference.
 pub fn write_entries(obj: &mut Value, entries: &[Entry]) {
     let md = meta::metadata_mut(obj);
     if entries.is_empty() {
@@ -102,7 +105,7 @@ pub fn write_entries(obj: &mut Value, entries: &[Entry]) {
             m.insert("apiVersion".into(), Value::String(e.api_version.clone()));
             m.insert("time".into(), Value::String(e.time.clone()));
             m.insert("fieldsType".into(), Value::String("FieldsV1".into()));
-            m.insert("fieldsV1".into(), to_fields_v1(&e.fields));
+            m.insert("fieldsV1".into(), Value::String(fields_v1_text(&e.fields)));
             if let Some(s) = &e.subresource {
                 m.insert("subresource".into(), Value::String(s.clone()));
             }
@@ -123,36 +126,78 @@ pub fn strip_times(obj: &mut Value) {
     }
 }
 
-/// Converts a path set to the `fieldsV1` tree.
-pub fn to_fields_v1(set: &BTreeSet<Path>) -> Value {
-    #[derive(Default)]
-    struct Tree {
-        owned: bool,
-        children: std::collections::BTreeMap<String, Tree>,
-    }
-    fn render(t: &Tree) -> Value {
-        let mut m = Map::new();
-        if t.owned && !t.children.is_empty() {
-            m.insert(".".into(), Value::Object(Map::new()));
-        }
-        for (k, c) in &t.children {
-            m.insert(k.clone(), render(c));
-        }
-        Value::Object(m)
-    }
-    let mut root = Tree::default();
-    for path in set {
-        let mut node = &mut root;
-        for key in path {
-            node = node.children.entry(key.clone()).or_default();
-        }
-        node.owned = true;
-    }
-    render(&root)
+/// A path set as a trie: what `fieldsV1` spells out.
+#[derive(Default)]
+struct Tree<'a> {
+    owned: bool,
+    children: std::collections::BTreeMap<&'a str, Tree<'a>>,
 }
 
-/// Parses a `fieldsV1` tree into a path set.
+impl<'a> Tree<'a> {
+    fn of(set: &'a BTreeSet<Path>) -> Tree<'a> {
+        let mut root = Tree::default();
+        for path in set {
+            let mut node = &mut root;
+            for key in path {
+                node = node.children.entry(key.as_str()).or_default();
+            }
+            node.owned = true;
+        }
+        root
+    }
+
+    /// The members of this node's `fieldsV1` object, in order: `.` when the node itself is owned and
+    /// has children, then the children by key.
+    fn members(&self) -> impl Iterator<Item = (&'a str, Option<&Tree<'a>>)> {
+        let dot = (self.owned && !self.children.is_empty()).then_some((".", None));
+        dot.into_iter()
+            .chain(self.children.iter().map(|(k, c)| (*k, Some(c))))
+    }
+}
+
+/// Converts a path set to the `fieldsV1` tree.
+pub fn to_fields_v1(set: &BTreeSet<Path>) -> Value {
+    fn render(t: &Tree<'_>) -> Value {
+        let members = t.members().map(|(k, c)| {
+            let v = c.map_or_else(|| Value::Object(Map::new()), render);
+            (k.to_string(), v)
+        });
+        Value::Object(members.collect())
+    }
+    render(&Tree::of(set))
+}
+
+/// The `fieldsV1` tree of a path set as compact JSON text, the same text `to_fields_v1(set).to_string()`
+/// gives, written without building the tree.
+pub fn fields_v1_text(set: &BTreeSet<Path>) -> String {
+    fn write(t: &Tree<'_>, out: &mut String) {
+        out.push('{');
+        for (i, (k, c)) in t.members().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            // Serializing a string into a string cannot fail.
+            out.push_str(&serde_json::to_string(k).unwrap_or_default());
+            out.push(':');
+            match c {
+                Some(c) => write(c, out),
+                None => out.push_str("{}"),
+            }
+        }
+        out.push('}');
+    }
+    let mut out = String::new();
+    write(&Tree::of(set), &mut out);
+    out
+}
+
+/// Parses a `fieldsV1` tree, or the JSON text of one as the store keeps it, into a path set.
 pub fn from_fields_v1(v: &Value) -> BTreeSet<Path> {
+    if let Value::String(text) = v {
+        return serde_json::from_str::<Value>(text)
+            .map(|tree| from_fields_v1(&tree))
+            .unwrap_or_default();
+    }
     fn walk(v: &Value, prefix: &mut Path, out: &mut BTreeSet<Path>) {
         let Some(m) = v.as_object() else { return };
         if m.is_empty() && !prefix.is_empty() {
@@ -605,6 +650,27 @@ mod tests {
                 "k:{\"name\":\"c\"}": {".": {}, "f:image": {}, "f:name": {}}}}}}})
         );
         assert_eq!(from_fields_v1(&v1), paths);
+        let text = fields_v1_text(&paths);
+        assert_eq!(text, v1.to_string());
+        assert_eq!(from_fields_v1(&Value::String(text)), paths);
+    }
+
+    #[test]
+    fn the_text_of_an_owned_node_with_children_lists_the_dot_first() {
+        let paths: BTreeSet<Path> = [
+            vec!["f:spec".to_string()],
+            vec!["f:spec".to_string(), "k:{\"name\":\"c\"}".to_string()],
+            vec!["f:spec".to_string(), "f:a".to_string()],
+        ]
+        .into_iter()
+        .collect();
+        let text = fields_v1_text(&paths);
+        assert_eq!(
+            text,
+            r#"{"f:spec":{".":{},"f:a":{},"k:{\"name\":\"c\"}":{}}}"#
+        );
+        assert_eq!(text, to_fields_v1(&paths).to_string());
+        assert_eq!(fields_v1_text(&BTreeSet::new()), "{}");
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod store;
 pub mod table;
 pub mod tls;
 pub mod validation;
+pub mod wire;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

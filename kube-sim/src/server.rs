@@ -113,7 +113,9 @@ fn full(bytes: impl Into<Bytes>) -> Body {
 }
 
 fn json_response(code: StatusCode, v: &Value) -> Response<Body> {
-    let mut r = Response::new(full(v.to_string()));
+    // Serializing a `Value` cannot fail.
+    let body = serde_json::to_vec(&crate::wire::Wire(v)).unwrap_or_default();
+    let mut r = Response::new(full(body));
     *r.status_mut() = code;
     r.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -17,6 +17,7 @@ use super::{Body, Query, ServerState, present, streamed};
 use crate::resource::ResourceInfo;
 use crate::store::{Error, ListOptions, SharedEvent, Watcher};
 use crate::table::IncludeObject;
+use crate::wire::Wire;
 
 /// Starts a watch of a collection and streams its events until the timeout, the client leaving, an error
 /// event, or shutdown.
@@ -142,9 +143,9 @@ impl WatchStream {
                     && o.get("apiVersion").and_then(Value::as_str)
                         == Some(api_version.as_str()) =>
             {
-                serde_json::to_writer(&mut line, &**o)
+                serde_json::to_writer(&mut line, &Wire(o))
             }
-            _ => serde_json::to_writer(&mut line, &self.object(event)),
+            _ => serde_json::to_writer(&mut line, &Wire(&self.object(event))),
         };
         if written.is_err() {
             line.truncate(0);
