@@ -19,6 +19,10 @@ use crate::meta;
 use crate::resource::GroupResource;
 use crate::store::{self, DeleteOptions};
 
+/// A container that exited: its index, its id and how it ended. Boxed, because the channel that carries
+/// it holds a block of 32 messages from its start, one channel for each of the node's pods.
+type Exited = Box<(usize, String, runtime::Exit)>;
+
 pub(super) async fn pod_worker<R: ContainerRuntime>(
     k: Arc<Kubelet<R>>,
     mut rx: watch::Receiver<Arc<Value>>,
@@ -30,19 +34,21 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
     }
     let pod = rx.borrow().clone();
     if pod.pointer("/metadata/deletionTimestamp").is_some() {
-        terminate(&k, &pod, &mut Vec::new()).await;
+        Box::pin(terminate(&k, &pod, &mut Vec::new())).await;
         return;
     }
     let mut run = new_run(&k, &pod);
-    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<(usize, String, runtime::Exit)>();
+    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<Exited>();
     write_status(&k, &run, &pod);
     loop {
         let latest = rx.borrow().clone();
         if latest.pointer("/metadata/deletionTimestamp").is_some() {
-            terminate(&k, &latest, &mut run.containers).await;
+            Box::pin(terminate(&k, &latest, &mut run.containers)).await;
             return;
         }
-        step(&k, &mut run, &latest, &exit_tx).await;
+        // The worker waits most of its life; the steps' futures are boxed so that a waiting worker's
+        // task is small (with them inline, each of a thousand pods' tasks was about 8 KB).
+        Box::pin(step(&k, &mut run, &latest, &exit_tx)).await;
         let latest = rx.borrow().clone();
         write_status(&k, &run, &latest);
         let next = run
@@ -62,11 +68,14 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
             _ = sleep => {}
             changed = rx.changed() => {
                 if changed.is_err() {
-                    stop_all(&k, &mut run.containers, Duration::ZERO).await;
+                    Box::pin(stop_all(&k, &mut run.containers, Duration::ZERO)).await;
                     return;
                 }
             }
-            Some((i, id, exit)) = exit_rx.recv() => container_exited(&k, &mut run, i, &id, exit),
+            Some(exited) = exit_rx.recv() => {
+                let (i, id, exit) = *exited;
+                container_exited(&k, &mut run, i, &id, exit)
+            }
         }
     }
 }
@@ -138,7 +147,7 @@ pub(super) async fn step<R: ContainerRuntime>(
     k: &Arc<Kubelet<R>>,
     run: &mut PodRun,
     pod: &Value,
-    exit_tx: &mpsc::UnboundedSender<(usize, String, runtime::Exit)>,
+    exit_tx: &mpsc::UnboundedSender<Exited>,
 ) {
     let now = Instant::now();
     if !run.volumes_ready && !check_volumes(k, run, pod, now) {
@@ -237,7 +246,7 @@ pub(super) async fn start_container<R: ContainerRuntime>(
     run: &mut PodRun,
     i: usize,
     pod: &Value,
-    exit_tx: &mpsc::UnboundedSender<(usize, String, runtime::Exit)>,
+    exit_tx: &mpsc::UnboundedSender<Exited>,
 ) {
     let cfg = &k.config;
     let image = run.containers[i].image().to_string();
@@ -401,7 +410,7 @@ fn mark_running<R: ContainerRuntime>(
     i: usize,
     id: String,
     pulled: PulledImage,
-    exit_tx: &mpsc::UnboundedSender<(usize, String, runtime::Exit)>,
+    exit_tx: &mpsc::UnboundedSender<Exited>,
 ) {
     let cfg = &k.config;
     let started_at = meta::now_rfc3339();
@@ -441,7 +450,7 @@ fn mark_running<R: ContainerRuntime>(
     let kubelet = k.clone();
     c.waiter = Some(tokio::spawn(async move {
         let exit = kubelet.runtime.wait(&id).await;
-        let _ = tx.send((i, id, exit));
+        let _ = tx.send(Box::new((i, id, exit)));
     }));
 }
 
