@@ -47,9 +47,8 @@ impl LabelSelector {
     }
 
     /// Whether the object's `metadata.labels` satisfy every requirement.
-    pub fn matches(&self, obj: &Value) -> bool {
-        let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    pub fn matches(&self, obj: &(impl Selectable + ?Sized)) -> bool {
+        let get = |k: &str| obj.label(k);
         self.requirements.iter().all(|r| match r {
             Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
             Requirement::NotEquals(k, v) => get(k) != Some(v.as_str()),
@@ -174,10 +173,9 @@ impl FieldSelector {
     }
 
     /// Whether the object satisfies every term; missing fields compare as the empty string.
-    pub fn matches(&self, obj: &Value) -> bool {
+    pub fn matches(&self, obj: &(impl Selectable + ?Sized)) -> bool {
         self.terms.iter().all(|(field, negated, value)| {
-            let pointer = format!("/{}", field.replace('.', "/"));
-            let actual = match obj.pointer(&pointer) {
+            let actual = match obj.field(field) {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => String::new(),
                 Some(other) => other.to_string(),
@@ -192,6 +190,35 @@ impl FieldSelector {
             .iter()
             .find(|(f, neg, _)| f == "metadata.name" && !neg)
             .map(|(_, _, v)| v.as_str())
+    }
+}
+
+/// What label and field selectors read of an object: an object itself, or what a store keeps of one to
+/// select it by.
+pub trait Selectable {
+    /// The value of the label `key`.
+    fn label(&self, key: &str) -> Option<&str>;
+    /// The value at the dotted field path `path` (`spec.nodeName`).
+    fn field(&self, path: &str) -> Option<&Value>;
+}
+
+impl Selectable for Value {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.pointer("/metadata/labels")?.get(key)?.as_str()
+    }
+
+    fn field(&self, path: &str) -> Option<&Value> {
+        path.split('.').try_fold(self, |v, key| v.get(key))
+    }
+}
+
+impl<T: Selectable + ?Sized> Selectable for std::sync::Arc<T> {
+    fn label(&self, key: &str) -> Option<&str> {
+        (**self).label(key)
+    }
+
+    fn field(&self, path: &str) -> Option<&Value> {
+        (**self).field(path)
     }
 }
 

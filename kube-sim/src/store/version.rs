@@ -4,11 +4,11 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use crate::lock::MutexExt as _;
 use crate::resource::GroupResource;
-use crate::selector;
+use crate::selector::{self, Selectable};
 
 /// An object version kept by the history.
 #[derive(Clone, Debug)]
@@ -23,9 +23,8 @@ pub(super) enum Version {
 #[derive(Debug)]
 pub(super) struct Frozen {
     json: Box<[u8]>,
-    /// The object's labels, name, namespace and the fields its resource supports in field selectors,
-    /// at the same paths as in the object, so watchers filter without parsing the JSON.
-    selectable: Value,
+    /// What selectors read of the object, so watchers filter without parsing the JSON.
+    selectable: Selected,
     /// The parsed object while some consumer holds it, so the watchers that read a version at about
     /// the same time parse it once.
     parsed: Mutex<Weak<Value>>,
@@ -50,9 +49,9 @@ impl Version {
     }
 
     /// What selectors read: the whole object while live, the selectable fields once frozen.
-    pub(super) fn selectable(&self) -> &Value {
+    pub(super) fn selectable(&self) -> &dyn Selectable {
         match self {
-            Version::Live(o) => o,
+            Version::Live(o) => &**o,
             Version::Frozen(f) => &f.selectable,
         }
     }
@@ -80,33 +79,39 @@ impl Frozen {
     }
 }
 
-/// The part of `object` label and field selectors read, at the paths they read it from.
-fn selectable(gr: &GroupResource, object: &Value) -> Value {
-    let mut out = Value::Object(Map::new());
-    let labels = ["metadata.labels"];
-    let fields = selector::supported_fields(&gr.group, &gr.resource);
-    for field in labels.iter().chain(fields.iter()) {
-        let pointer = format!("/{}", field.replace('.', "/"));
-        if let Some(v) = object.pointer(&pointer) {
-            set_path(&mut out, field.split('.'), v.clone());
-        }
-    }
-    out
+/// The labels of an object and the fields its resource supports in field selectors: flat lists, a
+/// fraction of the size of the same values as a tree of maps.
+#[derive(Debug)]
+struct Selected {
+    labels: Box<[(Box<str>, Box<str>)]>,
+    fields: Box<[(&'static str, Value)]>,
 }
 
-/// Sets `value` at the path of object keys `path` under `out`, making the objects on the way.
-fn set_path<'a>(out: &mut Value, mut path: impl Iterator<Item = &'a str>, value: Value) {
-    let Some(key) = path.next() else {
-        *out = value;
-        return;
-    };
-    if !out.is_object() {
-        *out = Value::Object(Map::new());
+impl Selectable for Selected {
+    fn label(&self, key: &str) -> Option<&str> {
+        let found = self.labels.iter().find(|(k, _)| &**k == key);
+        found.map(|(_, v)| &**v)
     }
-    if let Value::Object(map) = out {
-        let child = map.entry(key).or_insert(Value::Null);
-        set_path(child, path, value);
+
+    fn field(&self, path: &str) -> Option<&Value> {
+        self.fields.iter().find(|(f, _)| *f == path).map(|(_, v)| v)
     }
+}
+
+/// What label and field selectors read of `object`, a `gr` object.
+fn selectable(gr: &GroupResource, object: &Value) -> Selected {
+    let labels = object
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into())))
+        .collect();
+    let fields = selector::supported_fields(&gr.group, &gr.resource)
+        .into_iter()
+        .filter_map(|f| Some((f, object.field(f)?.clone())))
+        .collect();
+    Selected { labels, fields }
 }
 
 #[cfg(test)]
@@ -125,11 +130,13 @@ mod tests {
             "status": {"phase": "Running"}});
         let frozen = Version::Frozen(Version::freeze(&pods, &pod));
         assert_eq!(*frozen.value(), pod);
-        assert_eq!(
-            frozen.selectable(),
-            &json!({"metadata": {"name": "p", "namespace": "ns", "labels": {"app": "web"}},
-                "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
-        );
+        let kept = frozen.selectable();
+        assert_eq!(kept.label("app"), Some("web"));
+        assert_eq!(kept.label("tier"), None);
+        assert_eq!(kept.field("metadata.name"), Some(&json!("p")));
+        assert_eq!(kept.field("spec.nodeName"), Some(&json!("n1")));
+        assert_eq!(kept.field("status.podIP"), None);
+        assert_eq!(kept.field("spec.containers"), None);
         let supported = selector::supported_fields("", "pods");
         for (labels, fields) in [
             ("app=web", "spec.nodeName=n1"),
