@@ -62,6 +62,7 @@ mod version;
 mod watcher;
 
 use history::{EventKind, Histories, push_event};
+use version::Version;
 
 pub use admission::SERVICE_ACCOUNT_PATH;
 pub use delete::FOREGROUND_FINALIZER;
@@ -80,10 +81,13 @@ pub use watcher::{SharedEvent, WatchEvent, Watcher};
 
 type Key = (String, String);
 
+/// A resource's current objects by key.
+type Objects = BTreeMap<Key, Version>;
+
 struct State {
     rv: u64,
     resources: BTreeMap<GroupResource, Arc<ResourceInfo>>,
-    objects: HashMap<GroupResource, BTreeMap<Key, Arc<Value>>>,
+    objects: HashMap<GroupResource, Objects>,
     history: Histories,
     next_service_ip: u32,
 }
@@ -111,7 +115,7 @@ impl State {
         self.objects
             .get(gr)
             .and_then(|m| m.get(key))
-            .cloned()
+            .map(Version::value)
             .ok_or_else(|| Error::NotFound {
                 resource: gr.clone(),
                 name: key.1.clone(),
@@ -240,7 +244,7 @@ impl Store {
                 objects
                     .iter()
                     .filter(|((ns, _), _)| namespace.is_none_or(|n| n == ns))
-                    .map(|(_, o)| o.clone())
+                    .map(|(_, o)| o.value())
                     .collect()
             })
             .unwrap_or_default()
@@ -269,6 +273,7 @@ impl Store {
         if st.resources.get(gr).is_some_and(|r| r.is_custom()) {
             let objects = st.objects.remove(gr).unwrap_or_default();
             for ((ns, _), obj) in objects {
+                let obj = obj.value();
                 let mut last = (*obj).clone();
                 let rv = next_rv(&mut st);
                 set_rv(&mut last, rv);

@@ -23,7 +23,20 @@ type ObjectKey = (String, String);
 pub(crate) async fn follow(
     store: &Store,
     gr: &GroupResource,
+    shutdown: watch::Receiver<bool>,
+    f: impl FnMut(SharedEvent),
+) {
+    follow_keeping(store, gr, shutdown, Arc::clone, f).await;
+}
+
+/// [`follow`], remembering of each object only what `keep` makes of it, which is also the last state a
+/// `Deleted` after a new list carries: a follower that reads only metadata keeps only that, as
+/// client-go's metadata informers do, instead of holding every object alive.
+pub(crate) async fn follow_keeping(
+    store: &Store,
+    gr: &GroupResource,
     mut shutdown: watch::Receiver<bool>,
+    keep: impl Fn(&Arc<Value>) -> Arc<Value>,
     mut f: impl FnMut(SharedEvent),
 ) {
     let mut known = Known::default();
@@ -35,7 +48,7 @@ pub(crate) async fn follow(
                 return;
             }
         };
-        known.replace(watcher.take_initial(), &mut f);
+        known.replace(watcher.take_initial(), &keep, &mut f);
         loop {
             let event = tokio::select! {
                 e = watcher.next_shared() => e,
@@ -47,7 +60,7 @@ pub(crate) async fn follow(
                     break;
                 }
                 Some(e) => {
-                    known.record(&e);
+                    known.record(&e, &keep);
                     f(e);
                 }
                 None => break,
@@ -65,10 +78,10 @@ struct Known(BTreeMap<ObjectKey, Arc<Value>>);
 
 impl Known {
     /// Keeps what an event says of its object.
-    fn record(&mut self, event: &SharedEvent) {
+    fn record(&mut self, event: &SharedEvent, keep: impl Fn(&Arc<Value>) -> Arc<Value>) {
         match event {
             SharedEvent::Added(o) | SharedEvent::Modified(o) => {
-                self.0.insert(key_of(o), o.clone());
+                self.0.insert(key_of(o), keep(o));
             }
             SharedEvent::Deleted(o) => {
                 self.0.remove(&key_of(o));
@@ -81,8 +94,13 @@ impl Known {
     /// last known state) for every object that is gone, or whose name now belongs to a new object (another
     /// `uid`), then `Added` for new objects and `Modified` for changed ones. Objects whose
     /// `resourceVersion` did not change are not replayed: nothing happened to them.
-    fn replace(&mut self, listed: Vec<Arc<Value>>, f: &mut impl FnMut(SharedEvent)) {
-        let mut fresh: BTreeMap<ObjectKey, Arc<Value>> =
+    fn replace(
+        &mut self,
+        listed: Vec<Arc<Value>>,
+        keep: impl Fn(&Arc<Value>) -> Arc<Value>,
+        f: &mut impl FnMut(SharedEvent),
+    ) {
+        let fresh: BTreeMap<ObjectKey, Arc<Value>> =
             listed.into_iter().map(|o| (key_of(&o), o)).collect();
         let old = std::mem::take(&mut self.0);
         let mut kept = Vec::new();
@@ -102,7 +120,10 @@ impl Known {
                 Some(_) => {}
             }
         }
-        std::mem::swap(&mut self.0, &mut fresh);
+        self.0 = fresh
+            .iter()
+            .map(|(key, o)| (key.clone(), keep(o)))
+            .collect();
     }
 }
 
@@ -134,7 +155,7 @@ mod tests {
 
     fn replay(known: &mut Known, listed: Vec<Arc<Value>>) -> Vec<(&'static str, String)> {
         let mut seen = Vec::new();
-        known.replace(listed, &mut |e| {
+        known.replace(listed, Arc::clone, &mut |e| {
             let o = e.object().expect("an object event");
             seen.push((
                 e.type_name(),
@@ -176,5 +197,30 @@ mod tests {
             vec![pod("b", "2", "5"), pod("c", "9", "6"), pod("d", "4", "7")],
         );
         assert!(third.is_empty(), "{third:?}");
+    }
+
+    #[test]
+    fn what_is_kept_is_what_a_deletion_after_a_new_list_carries() {
+        let mut known = Known::default();
+        let name_only = |o: &Arc<Value>| {
+            let md = &o["metadata"];
+            Arc::new(
+                json!({"metadata": {"namespace": md["namespace"], "name": md["name"],
+                "uid": md["uid"], "resourceVersion": md["resourceVersion"]}}),
+            )
+        };
+        let full = Arc::new(
+            json!({"metadata": {"namespace": "ns", "name": "a", "uid": "1",
+            "resourceVersion": "1"}, "spec": {"big": "x"}}),
+        );
+        known.replace(vec![full.clone()], name_only, &mut |_| {});
+        known.record(&SharedEvent::Modified(full), name_only);
+        let mut seen = Vec::new();
+        known.replace(Vec::new(), name_only, &mut |e| seen.push(e));
+        let [SharedEvent::Deleted(last)] = seen.as_slice() else {
+            panic!("{seen:?}")
+        };
+        assert_eq!(last.get("spec"), None);
+        assert_eq!(uid_of(last), Some("1"));
     }
 }

@@ -13,6 +13,7 @@ mod foreground;
 mod inbox;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -138,7 +139,7 @@ async fn watch_resource(
     inbox: Inbox,
     shutdown: watch::Receiver<bool>,
 ) {
-    super::follow(&store, &gr.clone(), shutdown, |e| {
+    super::follow_keeping(&store, &gr.clone(), shutdown, metadata_of, |e| {
         if let Some(change) = Change::of(&gr, &e) {
             inbox.put(change);
         }
@@ -272,6 +273,34 @@ impl Index {
             }
         }
     }
+}
+
+/// What the collector reads of an object, as upstream's collector follows every resource through
+/// metadata informers: its kind, name, `uid`, version, owners, finalizers and deletion mark.
+fn metadata_of(obj: &Arc<Value>) -> Arc<Value> {
+    const READ: [&str; 7] = [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "ownerReferences",
+        "finalizers",
+        "deletionTimestamp",
+    ];
+    let mut metadata = serde_json::Map::new();
+    for key in READ {
+        if let Some(v) = obj.pointer(&format!("/metadata/{key}")) {
+            metadata.insert(key.to_string(), v.clone());
+        }
+    }
+    let mut kept = serde_json::Map::new();
+    for key in ["apiVersion", "kind"] {
+        if let Some(v) = obj.get(key) {
+            kept.insert(key.to_string(), v.clone());
+        }
+    }
+    kept.insert("metadata".to_string(), Value::Object(metadata));
+    Arc::new(Value::Object(kept))
 }
 
 fn obj_key(gr: &GroupResource, obj: &Value) -> ObjKey {

@@ -25,7 +25,7 @@ use crate::meta;
 use crate::resource::GroupResource;
 use crate::store::{self, ListOptions, SharedEvent, Store};
 
-pub(crate) use follow::follow;
+pub(crate) use follow::{follow, follow_keeping};
 pub(crate) use queue::Queue;
 
 /// The field manager of controller writes, as on a k3s server.

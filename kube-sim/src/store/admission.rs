@@ -8,6 +8,7 @@
 use serde_json::{Value, json};
 
 use super::State;
+use super::version::Version;
 use crate::meta;
 use crate::resource::GroupResource;
 
@@ -32,10 +33,11 @@ pub(super) fn admit_pod(st: &State, namespace: &str, pod: &mut Value) {
     let service_account = st
         .objects
         .get(&GroupResource::new("", "serviceaccounts"))
-        .and_then(|m| m.get(&(namespace.to_string(), account.clone())));
-    copy_image_pull_secrets(spec, service_account.map(|sa| &**sa));
+        .and_then(|m| m.get(&(namespace.to_string(), account.clone())))
+        .map(Version::value);
+    copy_image_pull_secrets(spec, service_account.as_deref());
     if !automounts(
-        service_account.map(|sa| &**sa),
+        service_account.as_deref(),
         spec.get("automountServiceAccountToken"),
     ) {
         return;

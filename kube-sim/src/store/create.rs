@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::history::{EventKind, store_object};
 use super::update::{Managed, Written, require_object, set_type, validate};
+use super::version::Version;
 use super::{
     Error, FieldValidation, Result, State, Store, WriteOptions, next_rv, scope_ns, set_rv,
 };
@@ -171,7 +172,8 @@ fn check_namespace_open(st: &State, gr: &GroupResource, ns: &str, name: &str) ->
     let ns_obj = st
         .objects
         .get(&GroupResource::namespaces())
-        .and_then(|m| m.get(&(String::new(), ns.to_string())));
+        .and_then(|m| m.get(&(String::new(), ns.to_string())))
+        .map(Version::value);
     match ns_obj {
         None => Err(Error::NotFound {
             resource: GroupResource::namespaces(),

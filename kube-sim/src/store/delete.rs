@@ -5,6 +5,7 @@ use std::sync::{Arc, MutexGuard};
 use serde_json::{Value, json};
 
 use super::history::{EventKind, push_event, store_object};
+use super::version::Version;
 use super::{
     DeleteOptions, Deleted, Error, Key, Result, State, Store, StoreConfig, next_rv, scope_ns,
     set_rv,
@@ -110,15 +111,11 @@ impl Store {
         let rv = next_rv(&mut st);
         set_rv(&mut new, rv);
         let new = Arc::new(new);
-        st.objects
-            .entry(gr.clone())
-            .or_default()
-            .insert(key.clone(), new.clone());
-        push_event(
+        store_object(
             &mut st,
             &self.shared.config,
             gr,
-            &key.0,
+            &key,
             EventKind::Modified,
             new.clone(),
             Some(old),
@@ -169,8 +166,9 @@ impl Store {
                 .get(&GroupResource::namespaces())
                 .map(|m| {
                     m.values()
+                        .map(Version::value)
                         .filter(|n| n.pointer("/metadata/deletionTimestamp").is_some())
-                        .map(|n| meta::name_of(n).to_string())
+                        .map(|n| meta::name_of(&n).to_string())
                         .collect()
                 })
                 .unwrap_or_default()
@@ -189,7 +187,7 @@ impl Store {
                                 (
                                     gr.clone(),
                                     name.clone(),
-                                    o.pointer("/metadata/deletionTimestamp").is_some(),
+                                    o.selectable().field("metadata.deletionTimestamp").is_some(),
                                 )
                             })
                             .collect::<Vec<_>>()
@@ -203,7 +201,7 @@ impl Store {
                     .objects
                     .get(&GroupResource::namespaces())
                     .and_then(|m| m.get(&key))
-                    .cloned()
+                    .map(Version::value)
                 {
                     let _ = self.remove(st, &GroupResource::namespaces(), key, old, false);
                 } else {
@@ -281,14 +279,15 @@ fn orphan_dependents(st: &mut State, config: &StoreConfig, uid: &str) {
     for (gr, objects) in &st.objects {
         for (key, obj) in objects {
             let owned = obj
-                .pointer("/metadata/ownerReferences")
+                .selectable()
+                .field("metadata.ownerReferences")
                 .and_then(Value::as_array)
                 .is_some_and(|refs| {
                     refs.iter()
                         .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
                 });
             if owned {
-                dependents.push((gr.clone(), key.clone(), obj.clone()));
+                dependents.push((gr.clone(), key.clone(), obj.value()));
             }
         }
     }

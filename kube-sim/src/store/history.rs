@@ -5,14 +5,14 @@
 //! An event shares the stored object (`Arc`) while that is the object's newest version; once it is
 //! replaced or deleted the history keeps it as JSON (see [`super::version`]), freed when its events expire.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::version::{Frozen, Version};
-use super::{Error, Key, Result, State, Store, StoreConfig, next_rv};
+use super::{Error, Key, Objects, Result, State, Store, StoreConfig, next_rv};
 use crate::meta;
 use crate::resource::GroupResource;
 
@@ -117,11 +117,7 @@ impl Histories {
 impl History {
     /// The objects of `current` (a resource's stored objects) as they were at `rv`: the changes after it
     /// undone. The caller has checked that the history reaches back to `rv`.
-    pub(super) fn snapshot(
-        &self,
-        current: Option<&BTreeMap<Key, Arc<Value>>>,
-        rv: u64,
-    ) -> BTreeMap<Key, Arc<Value>> {
+    pub(super) fn snapshot(&self, current: Option<&Objects>, rv: u64) -> Objects {
         let mut objects = current.cloned().unwrap_or_default();
         let start = self.events.partition_point(|e| e.rv <= rv);
         let mut undone = std::collections::HashSet::new();
@@ -132,7 +128,7 @@ impl History {
             }
             match (e.kind, &e.previous) {
                 (EventKind::Added, _) | (_, None) => objects.remove(&key),
-                (_, Some(before)) => objects.insert(key, before.value()),
+                (_, Some(before)) => objects.insert(key, before.clone()),
             };
         }
         objects
@@ -196,11 +192,12 @@ pub(super) fn store_object(
     object: Arc<Value>,
     previous: Option<Arc<Value>>,
 ) {
+    let stored = Version::stored(gr, object.clone());
     st.objects
         .entry(gr.clone())
         .or_default()
-        .insert(key.clone(), object.clone());
-    push_event(st, config, gr, &key.0, kind, object, previous);
+        .insert(key.clone(), stored.clone());
+    record(st, config, gr, (&key.0, &object), kind, stored, previous);
 }
 
 /// Records an event of `gr`: `object` as the event has it, `previous` the stored version it replaces or
@@ -215,22 +212,43 @@ pub(super) fn push_event(
     object: Arc<Value>,
     previous: Option<Arc<Value>>,
 ) {
-    let rv = meta::resource_version_of(&object).unwrap_or(st.rv);
-    let name = meta::name_of(&object).to_string();
+    let version = match kind {
+        EventKind::Deleted => Version::Frozen(Version::freeze(gr, &object)),
+        EventKind::Added | EventKind::Modified => Version::Live(object.clone()),
+    };
+    record(
+        st,
+        config,
+        gr,
+        (namespace, &object),
+        kind,
+        version,
+        previous,
+    );
+}
+
+/// Appends the event of `object` (in `namespace`), kept as `version`, to `gr`'s history.
+fn record(
+    st: &mut State,
+    config: &StoreConfig,
+    gr: &GroupResource,
+    (namespace, object): (&str, &Value),
+    kind: EventKind,
+    version: Version,
+    previous: Option<Arc<Value>>,
+) {
+    let rv = meta::resource_version_of(object).unwrap_or(st.rv);
+    let name = meta::name_of(object).to_string();
     let now = Instant::now();
     let history = st.history.by_resource.entry(gr.clone()).or_default();
     let previous = previous.map(|p| Version::Frozen(history.freeze(gr, &p)));
-    let object = match kind {
-        EventKind::Deleted => Version::Frozen(Version::freeze(gr, &object)),
-        EventKind::Added | EventKind::Modified => Version::Live(object),
-    };
     history.events.push_back(LogEntry {
         rv,
         at: now,
         namespace: namespace.to_string(),
         name,
         kind,
-        object,
+        object: version,
         previous,
     });
     st.history.trim(now, config.history.max(1));
@@ -240,11 +258,25 @@ impl History {
     /// Freezes `replaced`, a stored version that a write replaces or removes, in the newest event that
     /// shares it; returns the frozen version for the write's own event.
     fn freeze(&mut self, gr: &GroupResource, replaced: &Arc<Value>) -> Arc<Frozen> {
+        if let Some(kept) = self.kept_as_json(replaced) {
+            return kept;
+        }
         let frozen = Version::freeze(gr, replaced);
         if let Some(e) = self.sharing(replaced) {
             e.object = Version::Frozen(frozen.clone());
         }
         frozen
+    }
+
+    /// The JSON of `replaced` when its own event keeps it so already, as for a resource the store keeps
+    /// as JSON: the event at its `resourceVersion` wrote it.
+    fn kept_as_json(&self, replaced: &Value) -> Option<Arc<Frozen>> {
+        let rv = meta::resource_version_of(replaced)?;
+        let at = self.events.partition_point(|e| e.rv < rv);
+        match &self.events.get(at)?.object {
+            Version::Frozen(f) if self.events[at].rv == rv => Some(f.clone()),
+            _ => None,
+        }
     }
 
     /// The newest event whose object is `stored`: the one at its `resourceVersion` (events are in

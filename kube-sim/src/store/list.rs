@@ -46,8 +46,8 @@ impl Store {
         for (key, obj) in objects.into_iter().flatten() {
             if namespace.is_some_and(|ns| key.0 != ns)
                 || start.as_ref().is_some_and(|s| key <= s)
-                || !labels.matches(obj)
-                || !fields.matches(obj)
+                || !labels.matches(obj.selectable())
+                || !fields.matches(obj.selectable())
             {
                 continue;
             }
@@ -56,7 +56,7 @@ impl Store {
                 continue;
             }
             page.last_key = Some(key.clone());
-            page.items.push((**obj).clone());
+            page.items.push((*obj.value()).clone());
         }
         let continue_token = match (page.remaining, page.last_key) {
             (1.., Some(k)) => Some(encode_continue(&k, Some(list_rv))),

@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use super::update::{Endpoint, Managed};
+use super::version::Version;
 use super::{Error, Patch, PatchOptions, Result, Store, scope_ns};
 use crate::fieldmanager;
 use crate::meta::{self, metadata_mut};
@@ -45,7 +46,11 @@ impl Store {
             ));
         }
         let key = (scope_ns(&info, namespace), name.to_string());
-        let existing = st.objects.get(gr).and_then(|m| m.get(&key)).cloned();
+        let existing = st
+            .objects
+            .get(gr)
+            .and_then(|m| m.get(&key))
+            .map(Version::value);
         let Some(old) = existing else {
             let not_found = || Error::NotFound {
                 resource: gr.clone(),

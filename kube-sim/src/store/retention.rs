@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::history::{EventKind, push_event};
 use super::{Key, Store, next_rv, set_rv};
 use crate::resource::GroupResource;
+use crate::selector::Selectable;
 
 /// How long an Event lives after its last write: kube-apiserver's `--event-ttl` default.
 pub const EVENT_TTL: Duration = Duration::from_secs(60 * 60);
@@ -30,7 +31,7 @@ impl Store {
             .get(&gr)
             .into_iter()
             .flatten()
-            .filter(|(_, event)| last_write(event).is_some_and(|t| t < cutoff))
+            .filter(|(_, event)| last_write(event.selectable()).is_some_and(|t| t < cutoff))
             .map(|(key, _)| key.clone())
             .collect();
         if expired.is_empty() {
@@ -40,6 +41,7 @@ impl Store {
             let Some(old) = st.objects.get_mut(&gr).and_then(|m| m.remove(&key)) else {
                 continue;
             };
+            let old = old.value();
             let rv = next_rv(&mut st);
             let mut last = (*old).clone();
             set_rv(&mut last, rv);
@@ -61,14 +63,10 @@ impl Store {
 }
 
 /// When an Event was last written: its `lastTimestamp` or `eventTime`, else its creation.
-fn last_write(event: &serde_json::Value) -> Option<jiff::Timestamp> {
-    [
-        "/lastTimestamp",
-        "/eventTime",
-        "/metadata/creationTimestamp",
-    ]
-    .iter()
-    .filter_map(|p| event.pointer(p).and_then(serde_json::Value::as_str))
-    .filter_map(|t| t.parse::<jiff::Timestamp>().ok())
-    .max()
+fn last_write(event: &dyn Selectable) -> Option<jiff::Timestamp> {
+    ["lastTimestamp", "eventTime", "metadata.creationTimestamp"]
+        .iter()
+        .filter_map(|p| event.field(p).and_then(serde_json::Value::as_str))
+        .filter_map(|t| t.parse::<jiff::Timestamp>().ok())
+        .max()
 }

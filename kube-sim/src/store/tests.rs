@@ -484,3 +484,79 @@ async fn the_newest_version_stays_shared_with_the_store() {
     // object is the stored one.
     assert_eq!(kept_versions(&s, &web), (2, 1));
 }
+
+/// The watcher's next event, within a second.
+async fn next(w: &mut Watcher) -> WatchEvent {
+    let event = tokio::time::timeout(std::time::Duration::from_secs(1), w.next()).await;
+    event.expect("an event within a second").expect("an event")
+}
+
+fn event(name: &str, reason: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+        "involvedObject": {"kind": "Pod", "name": "p", "namespace": "default"},
+        "reason": reason, "message": "m", "type": "Normal", "count": 1,
+        "lastTimestamp": "2026-01-01T00:00:00Z", "source": {"component": "kubelet"}})
+}
+
+#[tokio::test]
+async fn events_are_kept_as_json_and_read_back_unchanged() {
+    let s = store();
+    let events = GroupResource::events();
+    let from = s.current_resource_version();
+    let created = create(&s, &events, event("e1", "Pulled")).unwrap();
+    create(&s, &events, event("e2", "Started")).unwrap();
+    let counted = merge(&s, &events, "e1", None, json!({"count": 2}));
+    // Not one version live, the stored ones included: the two creates, the update, and the update's
+    // previous (the first create's own JSON, not a second copy).
+    assert_eq!(kept_versions(&s, &events), (4, 0));
+    {
+        let st = s.lock();
+        let kept = st.history.of(&events).unwrap();
+        let (first, previous) = (&kept.events[0].object, kept.events[2].previous.as_ref());
+        match (first, previous) {
+            (version::Version::Frozen(a), Some(version::Version::Frozen(b))) => {
+                assert!(Arc::ptr_eq(a, b))
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    assert_eq!(s.get(&events, NS, "e1").unwrap(), counted);
+    let listed = s.list(&events, NS, &ListOptions::default()).unwrap();
+    assert_eq!(listed.items.len(), 2);
+    assert_eq!(listed.items[0], counted);
+    let by_reason = ListOptions {
+        field_selector: Some("reason=Started".into()),
+        ..ListOptions::default()
+    };
+    let started = s.list(&events, NS, &by_reason).unwrap();
+    assert_eq!(started.items.len(), 1);
+    assert_eq!(started.items[0]["metadata"]["name"], "e2");
+
+    let mut replay = s.watch(&events, NS, None, &by_reason).unwrap();
+    match next(&mut replay).await {
+        WatchEvent::Added(o) => assert_eq!(o["metadata"]["name"], "e2"),
+        other => panic!("unexpected {other:?}"),
+    }
+    let mut w = s
+        .watch(&events, NS, Some(from), &ListOptions::default())
+        .unwrap();
+    assert_eq!(next(&mut w).await, WatchEvent::Added(created));
+    next(&mut w).await;
+    assert_eq!(next(&mut w).await, WatchEvent::Modified(counted));
+
+    // Past their time to live (none here: their creation, to the second, is already past) they go,
+    // each with a DELETED event, though the store reads their last write without parsing them.
+    s.set_event_ttl(std::time::Duration::ZERO);
+    s.expire_history();
+    match next(&mut w).await {
+        WatchEvent::Deleted(o) => assert_eq!(o["metadata"]["name"], "e1"),
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(
+        s.list(&events, NS, &ListOptions::default())
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}

@@ -30,6 +30,24 @@ pub(super) struct Frozen {
     parsed: Mutex<Weak<Value>>,
 }
 
+/// Whether the store keeps `gr`'s current objects as JSON too, not only their replaced versions: Events,
+/// the one resource whose objects come by the thousand and that no controller follows. An object kept
+/// so is parsed again when read (readers at about the same time share one parse).
+pub(super) fn keeps_json(gr: &GroupResource) -> bool {
+    *gr == GroupResource::events()
+}
+
+/// What the store itself reads of an object it keeps as JSON, besides what selectors read: the
+/// namespace controller's deletion mark, the owners an orphaning deletion removes, and an Event's last
+/// write for its time to live.
+const STORE_READS: [&str; 5] = [
+    "metadata.deletionTimestamp",
+    "metadata.ownerReferences",
+    "metadata.creationTimestamp",
+    "lastTimestamp",
+    "eventTime",
+];
+
 impl Version {
     /// Freezes `object`, a version of a `gr` object.
     pub(super) fn freeze(gr: &GroupResource, object: &Value) -> Arc<Frozen> {
@@ -41,6 +59,17 @@ impl Version {
             selectable: selectable(gr, object),
             parsed: Mutex::new(Weak::new()),
         })
+    }
+
+    /// `object` as the store keeps it as the current version of a `gr` object: shared, or as JSON for
+    /// the resources that [`keeps_json`], with `object` as the parse its readers share meanwhile.
+    pub(super) fn stored(gr: &GroupResource, object: Arc<Value>) -> Version {
+        if !keeps_json(gr) {
+            return Version::Live(object);
+        }
+        let frozen = Version::freeze(gr, &object);
+        *frozen.parsed.lock_unpoisoned() = Arc::downgrade(&object);
+        Version::Frozen(frozen)
     }
 
     /// Whether this is the live version `object`.
@@ -107,7 +136,11 @@ fn selectable(gr: &GroupResource, object: &Value) -> Selected {
         .flatten()
         .filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into())))
         .collect();
-    let fields = selector::supported_fields(&gr.group, &gr.resource)
+    let mut read = selector::supported_fields(&gr.group, &gr.resource);
+    if keeps_json(gr) {
+        read.extend(STORE_READS);
+    }
+    let fields = read
         .into_iter()
         .filter_map(|f| Some((f, object.field(f)?.clone())))
         .collect();

@@ -113,8 +113,8 @@ impl Store {
                         if namespace.is_some_and(|n| n != ns) {
                             continue;
                         }
-                        if labels.matches(obj) && fields.matches(obj) {
-                            pending.push_back(Queued::Added(Version::Live(obj.clone())));
+                        if labels.matches(obj.selectable()) && fields.matches(obj.selectable()) {
+                            pending.push_back(Queued::Added(obj.clone()));
                         }
                     }
                 }
