@@ -300,3 +300,76 @@ async fn kubectl_describe_shows_what_the_scheduler_and_the_kubelet_did() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// The `fieldsV1` of every `managedFields` entry of `obj`.
+fn fields_v1(obj: &Value) -> Vec<&Value> {
+    let entries = obj["metadata"]["managedFields"].as_array();
+    entries
+        .into_iter()
+        .flatten()
+        .map(|e| &e["fieldsV1"])
+        .collect()
+}
+
+/// The JSON documents kubectl printed one after another.
+fn documents(text: &str) -> Vec<Value> {
+    let stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    stream.map_while(Result::ok).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_gets_lists_and_watches_managed_fields_as_field_trees() {
+    let sim = start().await;
+    kubectl_ok(&sim, &["create", "configmap", "c", "--from-literal=a=1"]).await;
+    let event = r#"{"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"},
+        "involvedObject": {"kind": "ConfigMap", "name": "c", "namespace": "default"},
+        "reason": "Checked", "message": "m", "type": "Normal"}"#;
+    let (_dir, path) = manifest(event);
+    kubectl_ok(&sim, &["create", "-f", path.to_str().unwrap()]).await;
+    let show = "--show-managed-fields";
+    let args = [
+        "get",
+        "configmap",
+        "c",
+        "-w",
+        "-o",
+        "json",
+        "--output-watch-events",
+        show,
+        "--request-timeout=5s",
+    ];
+    let watch = kubectl_at(sim.kubeconfig_path(), &args);
+    // Changes through the watch's life, however long kubectl takes to start it.
+    let patch = async {
+        for i in 0..8 {
+            tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+            let data = format!(r#"{{"data":{{"b":"{i}"}}}}"#);
+            kubectl_ok(&sim, &["patch", "configmap", "c", "-p", &data]).await;
+        }
+    };
+    let (watched, _) = tokio::join!(watch, patch);
+
+    let got = get_json(&sim, &["configmap", "c", show]).await;
+    let trees = fields_v1(&got);
+    assert_eq!(trees.len(), 2, "{got}");
+    assert!(trees[0]["f:data"]["f:a"].is_object(), "{got}");
+    assert_eq!(
+        trees[1],
+        &serde_json::json!({"f:data": {"f:b": {}}}),
+        "{got}"
+    );
+    let listed = get_json(&sim, &["configmaps", show]).await;
+    let events = get_json(&sim, &["events", show]).await;
+    let watched = documents(&String::from_utf8_lossy(&watched.stdout));
+    let types: Vec<&Value> = watched.iter().map(|e| &e["type"]).collect();
+    assert_eq!(types.first(), Some(&&Value::from("ADDED")), "{watched:?}");
+    assert!(types.contains(&&Value::from("MODIFIED")), "{watched:?}");
+    let objects = [&listed["items"][0], &events["items"][0]]
+        .into_iter()
+        .chain(watched.iter().map(|e| &e["object"]));
+    for obj in objects {
+        let trees = fields_v1(obj);
+        assert!(!trees.is_empty(), "{obj}");
+        assert!(trees.iter().all(|t| t.is_object()), "{obj}");
+    }
+}
