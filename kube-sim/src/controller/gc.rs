@@ -288,9 +288,11 @@ fn metadata_of(obj: &Arc<Value>) -> Arc<Value> {
         "deletionTimestamp",
     ];
     let mut metadata = serde_json::Map::new();
-    for key in READ {
-        if let Some(v) = obj.pointer(&format!("/metadata/{key}")) {
-            metadata.insert(key.to_string(), v.clone());
+    if let Some(all) = obj.get("metadata") {
+        for key in READ {
+            if let Some(v) = all.get(key) {
+                metadata.insert(key.to_string(), v.clone());
+            }
         }
     }
     let mut kept = serde_json::Map::new();

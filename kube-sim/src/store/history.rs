@@ -271,21 +271,30 @@ impl History {
     /// The JSON of `replaced` when its own event keeps it so already, as for a resource the store keeps
     /// as JSON: the event at its `resourceVersion` wrote it.
     fn kept_as_json(&self, replaced: &Value) -> Option<Arc<Frozen>> {
-        let rv = meta::resource_version_of(replaced)?;
-        let at = self.events.partition_point(|e| e.rv < rv);
-        match &self.events.get(at)?.object {
-            Version::Frozen(f) if self.events[at].rv == rv => Some(f.clone()),
-            _ => None,
+        let at = self.written_at(meta::resource_version_of(replaced)?)?;
+        match &self.events[at].object {
+            Version::Frozen(f) => Some(f.clone()),
+            Version::Live(_) => None,
         }
     }
 
-    /// The newest event whose object is `stored`: the one at its `resourceVersion` (events are in
-    /// version order), found by a binary search; by a scan for an object without one.
+    /// Where the event of the write that made version `rv` is (events are in version order), found by
+    /// a binary search; `None` once it has left the history.
+    fn written_at(&self, rv: u64) -> Option<usize> {
+        let at = self.events.partition_point(|e| e.rv < rv);
+        self.events
+            .get(at)
+            .is_some_and(|e| e.rv == rv)
+            .then_some(at)
+    }
+
+    /// The newest event whose object is `stored`: the one at its `resourceVersion`; by a scan for an
+    /// object without one.
     fn sharing(&mut self, stored: &Arc<Value>) -> Option<&mut LogEntry> {
         match meta::resource_version_of(stored) {
             Some(rv) => {
-                let at = self.events.partition_point(|e| e.rv < rv);
-                self.events.get_mut(at).filter(|e| e.object.is(stored))
+                let at = self.written_at(rv)?;
+                Some(&mut self.events[at]).filter(|e| e.object.is(stored))
             }
             None => self.events.iter_mut().rev().find(|e| e.object.is(stored)),
         }
