@@ -26,6 +26,7 @@ pub mod scheduler;
 pub mod schema;
 pub mod selector;
 pub mod server;
+mod sparse;
 pub mod store;
 pub mod table;
 pub mod tls;

@@ -32,11 +32,11 @@ pub(crate) async fn follow(
 /// [`follow`], remembering of each object only what `keep` makes of it, which is also the last state a
 /// `Deleted` after a new list carries: a follower that reads only metadata keeps only that, as
 /// client-go's metadata informers do, instead of holding every object alive.
-pub(crate) async fn follow_keeping(
+pub(crate) async fn follow_keeping<K: Kept>(
     store: &Store,
     gr: &GroupResource,
     mut shutdown: watch::Receiver<bool>,
-    keep: impl Fn(&Arc<Value>) -> Arc<Value>,
+    keep: impl Fn(&Arc<Value>) -> K,
     mut f: impl FnMut(SharedEvent),
 ) {
     let mut known = Known::default();
@@ -72,13 +72,41 @@ pub(crate) async fn follow_keeping(
     }
 }
 
-/// The objects a follower last saw, by key.
-#[derive(Default)]
-struct Known(BTreeMap<ObjectKey, Arc<Value>>);
+/// What a follower keeps of an object it saw: enough to tell, after a new list, whether the object is
+/// the same one (`uid`) and whether it changed (`resourceVersion`), and the last state a `Deleted` carries.
+pub(crate) trait Kept {
+    fn uid(&self) -> Option<&str>;
+    fn version(&self) -> Option<&str>;
+    fn last_state(&self) -> Arc<Value>;
+}
 
-impl Known {
+/// The whole object, shared with the store.
+impl Kept for Arc<Value> {
+    fn uid(&self) -> Option<&str> {
+        uid_of(self)
+    }
+
+    fn version(&self) -> Option<&str> {
+        version_of(self)
+    }
+
+    fn last_state(&self) -> Arc<Value> {
+        self.clone()
+    }
+}
+
+/// The objects a follower last saw, by key.
+struct Known<K>(BTreeMap<ObjectKey, K>);
+
+impl<K> Default for Known<K> {
+    fn default() -> Self {
+        Known(BTreeMap::new())
+    }
+}
+
+impl<K: Kept> Known<K> {
     /// Keeps what an event says of its object.
-    fn record(&mut self, event: &SharedEvent, keep: impl Fn(&Arc<Value>) -> Arc<Value>) {
+    fn record(&mut self, event: &SharedEvent, keep: impl Fn(&Arc<Value>) -> K) {
         match event {
             SharedEvent::Added(o) | SharedEvent::Modified(o) => {
                 self.0.insert(key_of(o), keep(o));
@@ -97,7 +125,7 @@ impl Known {
     fn replace(
         &mut self,
         listed: Vec<Arc<Value>>,
-        keep: impl Fn(&Arc<Value>) -> Arc<Value>,
+        keep: impl Fn(&Arc<Value>) -> K,
         f: &mut impl FnMut(SharedEvent),
     ) {
         let fresh: BTreeMap<ObjectKey, Arc<Value>> =
@@ -106,15 +134,15 @@ impl Known {
         let mut kept = Vec::new();
         for (key, last) in old {
             match fresh.get(&key) {
-                Some(now) if uid_of(now) == uid_of(&last) => kept.push((key, last)),
-                _ => f(SharedEvent::Deleted(last)),
+                Some(now) if uid_of(now) == last.uid() => kept.push((key, last)),
+                _ => f(SharedEvent::Deleted(last.last_state())),
             }
         }
-        let kept: BTreeMap<ObjectKey, Arc<Value>> = kept.into_iter().collect();
+        let kept: BTreeMap<ObjectKey, K> = kept.into_iter().collect();
         for (key, now) in &fresh {
             match kept.get(key) {
                 None => f(SharedEvent::Added(now.clone())),
-                Some(last) if version_of(last) != version_of(now) => {
+                Some(last) if last.version() != version_of(now) => {
                     f(SharedEvent::Modified(now.clone()))
                 }
                 Some(_) => {}
@@ -153,7 +181,10 @@ mod tests {
         )
     }
 
-    fn replay(known: &mut Known, listed: Vec<Arc<Value>>) -> Vec<(&'static str, String)> {
+    fn replay(
+        known: &mut Known<Arc<Value>>,
+        listed: Vec<Arc<Value>>,
+    ) -> Vec<(&'static str, String)> {
         let mut seen = Vec::new();
         known.replace(listed, Arc::clone, &mut |e| {
             let o = e.object().expect("an object event");
@@ -167,7 +198,7 @@ mod tests {
 
     #[test]
     fn a_new_list_replaces_what_was_known() {
-        let mut known = Known::default();
+        let mut known = Known::<Arc<Value>>::default();
         let first = replay(
             &mut known,
             vec![pod("a", "1", "1"), pod("b", "2", "2"), pod("c", "3", "3")],
@@ -201,7 +232,7 @@ mod tests {
 
     #[test]
     fn what_is_kept_is_what_a_deletion_after_a_new_list_carries() {
-        let mut known = Known::default();
+        let mut known = Known::<Arc<Value>>::default();
         let name_only = |o: &Arc<Value>| {
             let md = &o["metadata"];
             Arc::new(

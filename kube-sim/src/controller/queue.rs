@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::lock::MutexExt as _;
+use crate::sparse::ShrinkWhenSparse as _;
 
 /// A deduplicating queue of keys. Clones share the same queue.
 pub struct Queue<K> {
@@ -58,7 +59,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> Queue<K> {
     /// Queues a key now.
     pub fn add(&self, key: K) {
         let mut st = self.lock();
-        st.delayed.remove(&key);
+        if st.delayed.remove(&key).is_some() {
+            st.delayed.shrink_when_sparse();
+        }
         if st.queued.insert(key.clone()) {
             st.ready.push_back(key);
             drop(st);
@@ -104,6 +107,8 @@ impl<K: Clone + Eq + Hash + Send + 'static> Queue<K> {
                 let mut st = self.lock();
                 if let Some(key) = st.ready.pop_front() {
                     st.queued.remove(&key);
+                    st.ready.shrink_when_sparse();
+                    st.queued.shrink_when_sparse();
                     if !st.ready.is_empty() {
                         self.shared.notify.notify_one();
                     }
