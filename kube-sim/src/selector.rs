@@ -208,7 +208,20 @@ impl Selectable for Value {
     }
 
     fn field(&self, path: &str) -> Option<&Value> {
+        if path == "source" && self.get("kind").and_then(Value::as_str) == Some("Event") {
+            return event_source(self);
+        }
         path.split('.').try_fold(self, |v, key| v.get(key))
+    }
+}
+
+/// An Event's `source` field, as kube-apiserver selects it: `source.component`, or when that is empty
+/// the reporting component (`reportingController` in `events.k8s.io`).
+fn event_source(event: &Value) -> Option<&Value> {
+    let component = event.pointer("/source/component");
+    match component.and_then(Value::as_str) {
+        Some(c) if !c.is_empty() => component,
+        _ => event.get("reportingComponent"),
     }
 }
 

@@ -280,6 +280,22 @@ async fn kubectl_describe_shows_what_the_scheduler_and_the_kubelet_did() {
         app_events["items"][0]["involvedObject"]["fieldPath"],
         "spec.containers{app}"
     );
+    // `source` selects `source.component`, as kube-apiserver's Event field set does.
+    for (source, reasons) in [
+        ("kubelet", vec!["Created", "Pulled", "Pulling", "Started"]),
+        ("default-scheduler", vec!["Scheduled"]),
+    ] {
+        let selector = format!("source={source},involvedObject.name=solo");
+        let listed = get_json(&sim, &["events", "--field-selector", &selector]).await;
+        let mut seen: Vec<&str> = listed["items"]
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter_map(|e| e["reason"].as_str())
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, reasons, "{selector}");
+    }
     for (args, says) in [
         (
             vec!["exec", "solo", "--", "true"],
