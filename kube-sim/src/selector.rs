@@ -1,5 +1,7 @@
 //! Label selectors (equality- and set-based) and field selectors, parsed from their query-string form.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 /// A selector could not be parsed or names an unsupported field.
@@ -175,7 +177,7 @@ impl FieldSelector {
     /// Whether the object satisfies every term; missing fields compare as the empty string.
     pub fn matches(&self, obj: &(impl Selectable + ?Sized)) -> bool {
         self.terms.iter().all(|(field, negated, value)| {
-            let actual = match obj.field(field) {
+            let actual = match obj.field(field).as_deref() {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Null) | None => String::new(),
                 Some(other) => other.to_string(),
@@ -198,8 +200,9 @@ impl FieldSelector {
 pub trait Selectable {
     /// The value of the label `key`.
     fn label(&self, key: &str) -> Option<&str>;
-    /// The value at the dotted field path `path` (`spec.nodeName`).
-    fn field(&self, path: &str) -> Option<&Value>;
+    /// The value at the dotted field path `path` (`spec.nodeName`): borrowed from an object, parsed
+    /// from what a store keeps of one.
+    fn field(&self, path: &str) -> Option<Cow<'_, Value>>;
 }
 
 impl Selectable for Value {
@@ -207,11 +210,13 @@ impl Selectable for Value {
         self.pointer("/metadata/labels")?.get(key)?.as_str()
     }
 
-    fn field(&self, path: &str) -> Option<&Value> {
+    fn field(&self, path: &str) -> Option<Cow<'_, Value>> {
         if path == "source" && self.get("kind").and_then(Value::as_str) == Some("Event") {
-            return event_source(self);
+            return event_source(self).map(Cow::Borrowed);
         }
-        path.split('.').try_fold(self, |v, key| v.get(key))
+        path.split('.')
+            .try_fold(self, |v, key| v.get(key))
+            .map(Cow::Borrowed)
     }
 }
 
@@ -230,7 +235,7 @@ impl<T: Selectable + ?Sized> Selectable for std::sync::Arc<T> {
         (**self).label(key)
     }
 
-    fn field(&self, path: &str) -> Option<&Value> {
+    fn field(&self, path: &str) -> Option<Cow<'_, Value>> {
         (**self).field(path)
     }
 }

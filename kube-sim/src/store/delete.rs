@@ -281,9 +281,10 @@ fn orphan_dependents(st: &mut State, config: &StoreConfig, uid: &str) {
             let owned = obj
                 .selectable()
                 .field("metadata.ownerReferences")
-                .and_then(Value::as_array)
                 .is_some_and(|refs| {
-                    refs.iter()
+                    refs.as_array()
+                        .into_iter()
+                        .flatten()
                         .any(|r| r.get("uid").and_then(Value::as_str) == Some(uid))
                 });
             if owned {

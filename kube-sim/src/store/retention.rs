@@ -66,7 +66,6 @@ impl Store {
 fn last_write(event: &dyn Selectable) -> Option<jiff::Timestamp> {
     ["lastTimestamp", "eventTime", "metadata.creationTimestamp"]
         .iter()
-        .filter_map(|p| event.field(p).and_then(serde_json::Value::as_str))
-        .filter_map(|t| t.parse::<jiff::Timestamp>().ok())
+        .filter_map(|p| event.field(p)?.as_str()?.parse::<jiff::Timestamp>().ok())
         .max()
 }

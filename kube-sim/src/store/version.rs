@@ -2,6 +2,7 @@
 //! object, and once replaced (or deleted) as its serialized JSON, about a tenth of its size as a `Value`.
 //! A replaced version is read again only by a watcher that has not caught up yet, or by a snapshot.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex, Weak};
 
 use serde_json::Value;
@@ -108,22 +109,69 @@ impl Frozen {
     }
 }
 
-/// The labels of an object and the fields its resource supports in field selectors: flat lists, a
-/// fraction of the size of the same values as a tree of maps.
+/// The labels of an object and the fields its resource supports in field selectors, each packed into
+/// one string: two allocations per kept version instead of two per label and one per field, which for an
+/// Event (fifteen selectable fields) halves what it costs besides its JSON.
 #[derive(Debug)]
 struct Selected {
-    labels: Box<[(Box<str>, Box<str>)]>,
-    fields: Box<[(&'static str, Value)]>,
+    /// Label keys and values.
+    labels: Packed,
+    /// Field paths, and their values as JSON.
+    fields: Packed,
+}
+
+/// Names and values one after another in one string, with where each name and each value ends.
+#[derive(Debug, Default)]
+struct Packed {
+    text: Box<str>,
+    ends: Box<[(u32, u32)]>,
+}
+
+impl Packed {
+    fn new<'a>(entries: impl IntoIterator<Item = (&'a str, String)>) -> Packed {
+        let mut text = String::new();
+        let mut ends = Vec::new();
+        for (name, value) in entries {
+            text.push_str(name);
+            let name_end = text.len();
+            text.push_str(&value);
+            // Offsets fit in `u32`: a kept version's selectable values are far below 4 GiB.
+            ends.push((
+                u32::try_from(name_end).unwrap_or(u32::MAX),
+                u32::try_from(text.len()).unwrap_or(u32::MAX),
+            ));
+        }
+        Packed {
+            text: text.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+        }
+    }
+
+    /// The value stored under `name`.
+    fn get(&self, name: &str) -> Option<&str> {
+        let mut start = 0;
+        for &(name_end, value_end) in &self.ends {
+            let (name_end, value_end) = (name_end as usize, value_end as usize);
+            if self.text.get(start..name_end) == Some(name) {
+                return self.text.get(name_end..value_end);
+            }
+            start = value_end;
+        }
+        None
+    }
 }
 
 impl Selectable for Selected {
     fn label(&self, key: &str) -> Option<&str> {
-        let found = self.labels.iter().find(|(k, _)| &**k == key);
-        found.map(|(_, v)| &**v)
+        self.labels.get(key)
     }
 
-    fn field(&self, path: &str) -> Option<&Value> {
-        self.fields.iter().find(|(f, _)| *f == path).map(|(_, v)| v)
+    fn field(&self, path: &str) -> Option<Cow<'_, Value>> {
+        // Written by `serde_json` from a `Value`, so it parses back.
+        let json = self.fields.get(path)?;
+        Some(Cow::Owned(
+            serde_json::from_str(json).unwrap_or(Value::Null),
+        ))
     }
 }
 
@@ -134,17 +182,18 @@ fn selectable(gr: &GroupResource, object: &Value) -> Selected {
         .and_then(Value::as_object)
         .into_iter()
         .flatten()
-        .filter_map(|(k, v)| Some((k.as_str().into(), v.as_str()?.into())))
-        .collect();
+        .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?.to_string())));
     let mut read = selector::supported_fields(&gr.group, &gr.resource);
     if keeps_json(gr) {
         read.extend(STORE_READS);
     }
     let fields = read
         .into_iter()
-        .filter_map(|f| Some((f, object.field(f)?.clone())))
-        .collect();
-    Selected { labels, fields }
+        .filter_map(|f| Some((f, object.field(f)?.to_string())));
+    Selected {
+        labels: Packed::new(labels),
+        fields: Packed::new(fields),
+    }
 }
 
 #[cfg(test)]
@@ -157,7 +206,8 @@ mod tests {
     #[test]
     fn a_frozen_version_parses_back_to_the_object_and_selects_like_it() {
         let pods = GroupResource::pods();
-        let pod = json!({"metadata": {"name": "p", "namespace": "ns", "labels": {"app": "web"},
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns",
+                "labels": {"app": "web", "app.kubernetes.io/name": "shop", "a": ""},
                 "managedFields": [{"manager": "m", "fieldsV1": {"f:spec": {}}}]},
             "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
             "status": {"phase": "Running"}});
@@ -166,8 +216,11 @@ mod tests {
         let kept = frozen.selectable();
         assert_eq!(kept.label("app"), Some("web"));
         assert_eq!(kept.label("tier"), None);
-        assert_eq!(kept.field("metadata.name"), Some(&json!("p")));
-        assert_eq!(kept.field("spec.nodeName"), Some(&json!("n1")));
+        assert_eq!(kept.label("app.kubernetes.io/name"), Some("shop"));
+        assert_eq!(kept.label("a"), Some(""));
+        assert_eq!(kept.label("ap"), None);
+        assert_eq!(kept.field("metadata.name").as_deref(), Some(&json!("p")));
+        assert_eq!(kept.field("spec.nodeName").as_deref(), Some(&json!("n1")));
         assert_eq!(kept.field("status.podIP"), None);
         assert_eq!(kept.field("spec.containers"), None);
         let supported = selector::supported_fields("", "pods");
@@ -183,6 +236,35 @@ mod tests {
             let live = l.matches(&pod) && f.matches(&pod);
             let kept = l.matches(frozen.selectable()) && f.matches(frozen.selectable());
             assert_eq!(live, kept, "{labels} {fields}");
+        }
+    }
+
+    #[test]
+    fn a_frozen_event_selects_its_source_component() {
+        let events = GroupResource::events();
+        let event = json!({"kind": "Event", "metadata": {"name": "e", "namespace": "ns"},
+            "involvedObject": {"kind": "Pod", "name": "p"}, "reason": "Started", "count": 1,
+            "source": {"component": "kubelet"}, "lastTimestamp": "2026-01-01T00:00:00Z"});
+        let frozen = Version::Frozen(Version::freeze(&events, &event));
+        let kept = frozen.selectable();
+        assert_eq!(kept.field("source").as_deref(), Some(&json!("kubelet")));
+        assert_eq!(
+            kept.field("involvedObject.name").as_deref(),
+            Some(&json!("p"))
+        );
+        assert_eq!(
+            kept.field("lastTimestamp").as_deref(),
+            Some(&json!("2026-01-01T00:00:00Z"))
+        );
+        let supported = selector::supported_fields("", "events");
+        for (fields, matches) in [
+            ("source=kubelet,reason=Started", true),
+            ("source=default-scheduler", false),
+            ("involvedObject.kind=Pod,involvedObject.name!=q", true),
+        ] {
+            let f = FieldSelector::parse(fields, &supported).unwrap();
+            assert_eq!(f.matches(kept), matches, "{fields}");
+            assert_eq!(f.matches(&event), matches, "{fields} on the object");
         }
     }
 
