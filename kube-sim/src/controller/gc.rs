@@ -12,7 +12,7 @@
 mod foreground;
 mod inbox;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -285,10 +285,10 @@ impl Index {
     }
 }
 
-/// What the collector keeps of each object it follows: [`metadata_of`] it as JSON, about a fifth of its
-/// size as a `Value` (whose every map takes a 640-byte node), with the `uid` and version a new list is
-/// compared against. The collector follows every resource, Events included, so this is kept for tens of
-/// thousands of objects after a few rollouts.
+/// What the collector keeps of each object it follows: what it reads of it ([`MetadataOf`]) as JSON,
+/// about a fifth of its size as a `Value` (whose every map takes a 640-byte node), with the `uid` and
+/// version a new list is compared against. The collector follows every resource, Events included, so
+/// this is kept for tens of thousands of objects after a few rollouts.
 struct KeptMetadata {
     uid: Option<Box<str>>,
     version: Option<Box<str>>,
@@ -297,12 +297,11 @@ struct KeptMetadata {
 
 impl KeptMetadata {
     fn of(obj: &Arc<Value>) -> KeptMetadata {
-        let metadata = metadata_of(obj);
-        let text = |p| meta::str_at(&metadata, p).map(Box::from);
+        let text = |p| meta::str_at(obj, p).map(Box::from);
         KeptMetadata {
             uid: text("/metadata/uid"),
             version: text("/metadata/resourceVersion"),
-            json: serde_json::to_vec(&*metadata)
+            json: serde_json::to_vec(&MetadataOf::of(obj))
                 .unwrap_or_default()
                 .into_boxed_slice(),
         }
@@ -318,40 +317,45 @@ impl super::follow::Kept for KeptMetadata {
         self.version.as_deref()
     }
 
-    /// The metadata parsed again; it was written by `serde_json` from a `Value`, so it parses back.
+    /// The metadata parsed again; it was written by `serde_json`, so it parses back.
     fn last_state(&self) -> Arc<Value> {
         Arc::new(serde_json::from_slice(&self.json).unwrap_or(Value::Null))
     }
 }
 
 /// What the collector reads of an object, as upstream's collector follows every resource through
-/// metadata informers: its kind, name, `uid`, version, owners, finalizers and deletion mark.
-fn metadata_of(obj: &Arc<Value>) -> Arc<Value> {
-    const READ: [&str; 7] = [
-        "name",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "ownerReferences",
-        "finalizers",
-        "deletionTimestamp",
-    ];
-    let mut metadata = serde_json::Map::new();
-    if let Some(all) = obj.get("metadata") {
-        for key in READ {
-            if let Some(v) = all.get(key) {
-                metadata.insert(key.to_string(), v.clone());
-            }
+/// metadata informers: its kind, name, `uid`, version, owners, finalizers and deletion mark. Borrowed
+/// from the object and serialized as it is, in the keys' order, as a JSON object of them would be.
+#[derive(serde::Serialize)]
+struct MetadataOf<'a> {
+    #[serde(rename = "apiVersion", skip_serializing_if = "Option::is_none")]
+    api_version: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<&'a Value>,
+    metadata: BTreeMap<&'static str, &'a Value>,
+}
+
+impl<'a> MetadataOf<'a> {
+    fn of(obj: &'a Value) -> MetadataOf<'a> {
+        const READ: [&str; 7] = [
+            "name",
+            "namespace",
+            "uid",
+            "resourceVersion",
+            "ownerReferences",
+            "finalizers",
+            "deletionTimestamp",
+        ];
+        let all = obj.get("metadata");
+        MetadataOf {
+            api_version: obj.get("apiVersion"),
+            kind: obj.get("kind"),
+            metadata: READ
+                .into_iter()
+                .filter_map(|key| Some((key, all?.get(key)?)))
+                .collect(),
         }
     }
-    let mut kept = serde_json::Map::new();
-    for key in ["apiVersion", "kind"] {
-        if let Some(v) = obj.get(key) {
-            kept.insert(key.to_string(), v.clone());
-        }
-    }
-    kept.insert("metadata".to_string(), Value::Object(metadata));
-    Arc::new(Value::Object(kept))
 }
 
 fn obj_key(gr: &GroupResource, obj: &Value) -> ObjKey {
@@ -478,6 +482,28 @@ mod tests {
     fn owned_by(owner: &Value, kind: &str, api_version: &str) -> Value {
         json!([{"apiVersion": api_version, "kind": kind, "name": owner["metadata"]["name"],
             "uid": owner["metadata"]["uid"], "controller": true}])
+    }
+
+    #[test]
+    fn the_collector_keeps_only_what_it_reads_and_gives_it_back_after_a_new_list() {
+        use super::super::follow::Kept as _;
+        let pod = Arc::new(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "labels": {"app": "web"}, "finalizers": ["f"],
+                "ownerReferences": [{"uid": "o1", "kind": "ReplicaSet", "name": "rs"}]},
+            "spec": {"containers": [{"name": "c"}]}}));
+        let kept = KeptMetadata::of(&pod);
+        assert_eq!((kept.uid(), kept.version()), (Some("u1"), Some("7")));
+        assert_eq!(
+            *kept.last_state(),
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                    "finalizers": ["f"],
+                    "ownerReferences": [{"uid": "o1", "kind": "ReplicaSet", "name": "rs"}]}})
+        );
+        let bare = KeptMetadata::of(&Arc::new(json!({"metadata": {"name": "x"}})));
+        assert_eq!(&*bare.json, br#"{"metadata":{"name":"x"}}"#);
+        assert_eq!((bare.uid(), bare.version()), (None, None));
     }
 
     #[test]
