@@ -32,7 +32,7 @@ fn return_freed_memory() {
             failed.push(format!("{key}: {e}"));
         }
     };
-    for scope in ["arenas".to_string(), "arena.0".to_string()] {
+    for scope in ["arenas", "arena.0"] {
         set(format!("{scope}.dirty_decay_ms"), DIRTY_DECAY_MS);
         set(format!("{scope}.muzzy_decay_ms"), 0);
     }

@@ -121,7 +121,7 @@ struct Selected {
 }
 
 /// Names and values one after another in one string, with where each name and each value ends.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Packed {
     text: Box<str>,
     ends: Box<[(u32, u32)]>,
