@@ -112,6 +112,10 @@ pub fn resource_list(resources: &[Arc<ResourceInfo>], group: &str, version: &str
         if r.log_subresource {
             list.push(json!({"name": format!("{}/log", r.plural), "singularName": "", "namespaced": r.namespaced,
                 "kind": "Pod", "verbs": ["get"]}));
+            list.push(
+                json!({"name": "pods/binding", "singularName": "", "namespaced": true,
+                "kind": "Binding", "verbs": ["create"]}),
+            );
         }
         if is_service_accounts(r) {
             list.push(json!({"name": "serviceaccounts/token", "singularName": "", "namespaced": true,
@@ -193,6 +197,8 @@ fn aggregated_resource(r: &ResourceInfo, version: &str) -> Value {
         subresources.push(
             json!({"subresource": "log", "responseKind": kind("", "v1", "Pod"), "verbs": ["get"]}),
         );
+        subresources.push(json!({"subresource": "binding",
+            "responseKind": kind("", "v1", "Binding"), "verbs": ["create"]}));
     }
     if is_service_accounts(r) {
         subresources.push(json!({"subresource": "token",

@@ -6,7 +6,8 @@
 //! - A pass reads every node and pod, counts what the bound pods that have not finished ask of their node
 //!   (CPU, memory, one pod each), and takes the waiting pods by priority, then age.
 //! - A pod that fits is bound to the feasible node with the fewest pods (spreading, as the default
-//!   scoring does for equal pods): `spec.nodeName`, then `PodScheduled=True`, and a `Scheduled` event.
+//!   scoring does for equal pods) through the store's binding, which sets `spec.nodeName` and
+//!   `PodScheduled=True` in one write, and a `Scheduled` event.
 //! - A pod that fits nowhere gets `PodScheduled=False`, reason `Unschedulable`, and a `FailedScheduling`
 //!   Warning event with the scheduler's message (`0/1 nodes are available: 1 Insufficient cpu. preemption:
 //!   …`), written again only when the message changes. It is bound by the first pass after the cause goes.
@@ -23,7 +24,7 @@ use tokio::sync::watch;
 use crate::controller::{Queue, follow, record_event};
 use crate::meta;
 use crate::resource::GroupResource;
-use crate::store::{self, Endpoint, SharedEvent, Store, WriteOptions};
+use crate::store::{self, Binding, Endpoint, SharedEvent, Store, WriteOptions};
 use resources::{Resources, pod_requests};
 
 /// The scheduler's name: pods asking for it (`spec.schedulerName`, the default) are its to bind.
@@ -173,20 +174,17 @@ fn schedule_pending(store: &Store) -> Result<(), store::Error> {
     Ok(())
 }
 
-/// Binds a pod to a node and marks it scheduled; `false` when the pod changed under the pass (a newer
-/// pass handles it).
+/// Binds a pod to a node through the store's binding, which marks it scheduled in the same write; `false`
+/// when the pod changed under the pass (a newer pass handles it).
 fn bind(store: &Store, pod: &Value, node: &str) -> Result<bool, store::Error> {
     let ns = meta::namespace_of(pod);
-    let mut new = pod.clone();
-    new["spec"]["nodeName"] = json!(node);
-    let bound = match store.update(
-        Endpoint::Main,
-        &GroupResource::pods(),
-        Some(ns),
-        new,
-        &WriteOptions::manager(MANAGER),
-    ) {
-        Ok(b) => b.object,
+    let binding = Binding {
+        node: node.to_string(),
+        uid: meta::str_at(pod, "/metadata/uid").map(str::to_string),
+        ..Binding::default()
+    };
+    let bound = match store.bind(ns, meta::name_of(pod), &binding) {
+        Ok(b) => b,
         Err(store::Error::Conflict { .. } | store::Error::NotFound { .. }) => return Ok(false),
         Err(e) => return Err(e),
     };
@@ -195,12 +193,6 @@ fn bind(store: &Store, pod: &Value, node: &str) -> Result<bool, store::Error> {
         meta::name_of(pod)
     );
     record_event(store, &bound, NAME, "Normal", "Scheduled", &message);
-    let mut scheduled = bound;
-    set_scheduled_condition(
-        &mut scheduled,
-        json!({"type": "PodScheduled", "status": "True"}),
-    );
-    write_status(store, scheduled)?;
     Ok(true)
 }
 

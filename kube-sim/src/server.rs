@@ -22,6 +22,7 @@ use crate::resource::{GroupResource, ResourceInfo};
 use crate::store::{Error, FieldValidation, Store};
 
 mod authz;
+mod binding;
 mod convert;
 mod handlers;
 mod list;
@@ -418,6 +419,9 @@ async fn resource_request(
         Some("token") if gr == GroupResource::new("", "serviceaccounts") && p.name.is_some() => {
             return token::request(state, req, &p).await;
         }
+        Some("binding") if gr == GroupResource::pods() && p.name.is_some() => {
+            return binding::request(state, req, &p).await;
+        }
         Some(sub @ ("exec" | "attach" | "portforward"))
             if gr == GroupResource::pods() && p.name.is_some() =>
         {
@@ -500,7 +504,7 @@ fn not_served(gr: &GroupResource, subresource: &str) -> Error {
             "kube-sim does not forward or proxy connections through the API server's proxy: with the \
              Docker kubelet, use `kubectl port-forward` or reach the pod's container on its Docker network"
         }
-        ("", "pods", "eviction" | "binding" | "ephemeralcontainers" | "resize") => {
+        ("", "pods", "eviction" | "ephemeralcontainers" | "resize") => {
             "kube-sim does not serve this pod subresource"
         }
         _ => return Error::ResourceNotFound,

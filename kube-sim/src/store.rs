@@ -47,6 +47,7 @@ use crate::meta::metadata_mut;
 use crate::resource::{self, GroupResource, ResourceInfo};
 
 mod admission;
+mod binding;
 mod create;
 mod delete;
 mod error;
@@ -65,6 +66,7 @@ use history::{EventKind, Histories, push_event};
 use version::Version;
 
 pub use admission::SERVICE_ACCOUNT_PATH;
+pub use binding::Binding;
 pub use delete::FOREGROUND_FINALIZER;
 pub use error::{Error, Result};
 pub use history::HISTORY_WINDOW;

@@ -2,6 +2,7 @@
 //! simulators most often get wrong.
 
 mod binary;
+mod binding;
 mod collect;
 mod docker_kubelet;
 mod docker_pull_auth;
