@@ -100,6 +100,7 @@ struct Shared {
     logs: RwLock<Option<Arc<dyn PodLogs>>>,
     streams: RwLock<Option<Arc<dyn PodStreams>>>,
     tokens: RwLock<HashMap<String, tokens::TokenIdentity>>,
+    events: Mutex<crate::controller::events::Correlator>,
     config: StoreConfig,
 }
 
@@ -160,6 +161,7 @@ impl Store {
                 logs: RwLock::new(None),
                 streams: RwLock::new(None),
                 tokens: RwLock::new(HashMap::new()),
+                events: Mutex::new(crate::controller::events::Correlator::default()),
                 config,
             }),
         };
@@ -187,6 +189,13 @@ impl Store {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.shared.state.lock_unpoisoned()
+    }
+
+    /// The event recorders' correlation caches. The in-process components record events through them
+    /// as client-go's recorder does in each of theirs; they are kept here because every component
+    /// holds the store.
+    pub(crate) fn event_correlator(&self) -> MutexGuard<'_, crate::controller::events::Correlator> {
+        self.shared.events.lock_unpoisoned()
     }
 
     /// The latest `resourceVersion` handed out.

@@ -9,6 +9,7 @@
 //! [`run`] starts all three and returns when the shutdown signal flips.
 
 pub mod deployment;
+pub mod events;
 mod follow;
 pub mod gc;
 pub mod hash;
@@ -25,6 +26,7 @@ use crate::meta;
 use crate::resource::GroupResource;
 use crate::store::{self, ListOptions, SharedEvent, Store};
 
+pub(crate) use events::record_event;
 pub(crate) use follow::{follow, follow_keeping};
 pub(crate) use queue::Queue;
 
@@ -285,49 +287,4 @@ pub(crate) fn until(t: jiff::Timestamp) -> Duration {
     let now = jiff::Timestamp::now();
     let ms = t.as_millisecond() - now.as_millisecond();
     Duration::from_millis(ms.max(0) as u64)
-}
-
-/// Records a core/v1 Event about an object, as client-go's event recorder writes it; a `fieldPath` next
-/// to the object's `metadata` (`spec.containers{app}`) names the part of it the event is about. Failures
-/// are only logged: events are best effort in Kubernetes too.
-pub(crate) fn record_event(
-    store: &Store,
-    involved: &Value,
-    component: &str,
-    event_type: &str,
-    reason: &str,
-    message: &str,
-) {
-    let now = meta::now_rfc3339();
-    let nanos = jiff::Timestamp::now().as_nanosecond();
-    let ns = meta::namespace_of(involved);
-    let event = json!({
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": format!("{}.{:x}", meta::name_of(involved), nanos), "namespace": ns},
-        "involvedObject": {
-            "apiVersion": involved["apiVersion"], "kind": involved["kind"],
-            "namespace": ns, "name": meta::name_of(involved),
-            "uid": involved.pointer("/metadata/uid"),
-            "resourceVersion": involved.pointer("/metadata/resourceVersion"),
-            "fieldPath": involved.get("fieldPath"),
-        },
-        "reason": reason,
-        "message": message,
-        "type": event_type,
-        "source": {"component": component},
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-        "reportingComponent": component,
-        "reportingInstance": "",
-    });
-    if let Err(e) = store.create(
-        &GroupResource::events(),
-        Some(ns),
-        event,
-        &store::WriteOptions::manager(MANAGER),
-    ) {
-        tracing::debug!(%reason, error = %e, "recording an event failed");
-    }
 }

@@ -389,3 +389,56 @@ async fn kubectl_gets_lists_and_watches_managed_fields_as_field_trees() {
         assert!(trees.iter().all(|t| t.is_object()), "{obj}");
     }
 }
+
+/// The `SuccessfulCreate` Events about ReplicaSets, as kubectl lists them.
+async fn replica_set_creations(sim: &Sim) -> Vec<Value> {
+    let selector = "--field-selector=involvedObject.kind=ReplicaSet,reason=SuccessfulCreate";
+    let events = get_json(sim, &["events", selector]).await;
+    events["items"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_sees_a_replica_sets_pod_creations_combined_and_rate_limited_as_a_recorder_writes_them()
+ {
+    let sim = start().await;
+    let create = [
+        "create",
+        "deployment",
+        "many",
+        "--image=nginx",
+        "--replicas=30",
+    ];
+    kubectl_ok(&sim, &create).await;
+    let deadline = std::time::Instant::now() + crate::DEADLINE;
+    loop {
+        let pods = get_json(&sim, &["pods", "-l", "app=many"]).await;
+        if pods["items"].as_array().map(Vec::len) == Some(30) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "30 pods within the deadline"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Each creation's event follows it at once; give the last one time to be written.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // 9 messages of their own, then one combined event, patched until the 25 events the spam filter
+    // lets through about one object: a count of 16, the last 5 creations dropped.
+    let events = replica_set_creations(&sim).await;
+    assert_eq!(events.len(), 10, "{events:?}");
+    let single = events.iter().filter(|e| e["count"] == 1).count();
+    assert_eq!(single, 9, "{events:?}");
+    let combined = events
+        .iter()
+        .find(|e| e["count"] != 1)
+        .expect("a combined event");
+    let message = combined["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with("(combined from similar events): Created pod: many-"),
+        "{combined}"
+    );
+    assert_eq!(combined["count"], 16, "{combined}");
+    assert_ne!(combined["firstTimestamp"], Value::Null, "{combined}");
+    sim.shutdown().await;
+}
