@@ -11,10 +11,10 @@
 //! A rollout of a thousand pods so writes ten Events and one combined one per ReplicaSet instead of one
 //! per pod, as on a real cluster. The caches hold 4096 keys each, least recently used dropped first.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hasher as _};
 use std::time::{Duration, Instant};
 
-use hashlink::LruCache;
 use serde_json::{Value, json};
 
 use super::MANAGER;
@@ -54,34 +54,46 @@ pub(crate) struct EventKey<'a> {
 
 impl EventKey<'_> {
     /// The spam filter's key: source and object.
-    fn spam(&self) -> String {
-        [
-            self.component,
-            self.kind,
-            self.namespace,
-            self.name,
-            self.uid,
-            self.api_version,
-        ]
-        .join("\u{1f}")
+    fn spam(&self) -> u64 {
+        let object = [self.kind, self.namespace, self.name, self.uid];
+        hash(&[&[self.component], &object[..], &[self.api_version]])
     }
 
     /// The aggregation key: source, object, type and reason.
-    fn aggregate(&self) -> String {
-        [&self.spam(), self.event_type, self.reason, self.component].join("\u{1f}")
+    fn aggregate(&self) -> u64 {
+        let object = [self.kind, self.namespace, self.name, self.uid];
+        let what = [
+            self.api_version,
+            self.event_type,
+            self.reason,
+            self.component,
+        ];
+        hash(&[&[self.component], &object[..], &what[..]])
     }
 
     /// The deduplication key: everything, the message and the part of the object included.
-    fn exact(&self, message: &str) -> String {
-        [
-            &self.spam(),
+    fn exact(&self, message: &str) -> u64 {
+        let object = [
+            self.kind,
+            self.namespace,
+            self.name,
             self.field_path,
-            self.event_type,
-            self.reason,
-            message,
-        ]
-        .join("\u{1f}")
+            self.uid,
+        ];
+        let what = [self.api_version, self.event_type, self.reason, message];
+        hash(&[&[self.component], &object[..], &what[..]])
     }
+}
+
+/// A 64-bit hash of `parts`, each delimited: the caches keep hashes, not the keys, so what they hold is
+/// a few fixed-size tables however long the names and messages are.
+fn hash(parts: &[&[&str]]) -> u64 {
+    let mut h = DefaultHasher::new();
+    for part in parts.iter().flat_map(|p| p.iter()) {
+        h.write(part.as_bytes());
+        h.write_u8(0xff);
+    }
+    h.finish()
 }
 
 /// What to write for an event.
@@ -109,30 +121,33 @@ pub(crate) struct Recorded {
     pub first_timestamp: String,
 }
 
-/// An event as the recorder sees it: what it is about, what it says, and what it is called and when it
-/// happened if it is new.
+/// An event as the recorder sees it: what it is about, what it says, and when it happened.
 #[derive(Clone, Debug)]
 pub(crate) struct Occurrence<'a> {
     pub key: EventKey<'a>,
     pub message: &'a str,
-    /// The name a new Event gets (`<object>.<nanoseconds in hex>`).
-    pub new_name: String,
-    /// Now, RFC 3339.
-    pub timestamp: String,
+    /// Now, which names a new Event (`<object>.<nanoseconds in hex>`) and dates it.
+    pub at: jiff::Timestamp,
 }
 
+/// Messages seen about one object and reason: hashes, fewer than [`MAX_SIMILAR`].
+#[derive(Clone, Copy)]
 struct Similar {
-    messages: HashSet<String>,
+    messages: [u64; MAX_SIMILAR],
+    len: usize,
     last: Instant,
 }
 
-#[derive(Clone)]
+/// The Event a key was last written as.
+#[derive(Clone, Copy)]
 struct Observed {
-    name: String,
+    /// The time in its name.
+    named_at: jiff::Timestamp,
     count: u64,
-    first_timestamp: String,
+    first: jiff::Timestamp,
 }
 
+#[derive(Clone, Copy)]
 struct Bucket {
     tokens: f64,
     at: Instant,
@@ -140,26 +155,17 @@ struct Bucket {
 
 /// The recorders' shared caches: keys include the source component, so one cache behaves as one per
 /// component would.
+#[derive(Default)]
 pub struct Correlator {
-    similar: LruCache<String, Similar>,
-    observed: LruCache<String, Observed>,
-    spam: LruCache<String, Bucket>,
-}
-
-impl Default for Correlator {
-    fn default() -> Correlator {
-        Correlator {
-            similar: LruCache::new(CACHE_ENTRIES),
-            observed: LruCache::new(CACHE_ENTRIES),
-            spam: LruCache::new(CACHE_ENTRIES),
-        }
-    }
+    similar: Bounded<Similar>,
+    observed: Bounded<Observed>,
+    spam: Bounded<Bucket>,
 }
 
 impl std::fmt::Debug for Correlator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Correlator")
-            .field("observed", &self.observed.len())
+            .field("observed", &self.observed.entries.len())
             .finish_non_exhaustive()
     }
 }
@@ -173,30 +179,25 @@ impl Correlator {
             Some(combined) => (combined, event.key.aggregate()),
             None => (event.message.to_string(), event.key.exact(event.message)),
         };
-        let seen = self.observed.get(&cache_key).cloned();
-        let recorded = match seen {
-            Some(seen) => Recorded {
-                name: seen.name,
-                message,
+        let observed = match self.observed.get_mut(cache_key) {
+            Some(seen) => Observed {
                 count: seen.count + 1,
-                first_timestamp: seen.first_timestamp,
+                ..*seen
             },
-            None => Recorded {
-                name: event.new_name,
-                message,
+            None => Observed {
+                named_at: event.at,
                 count: 1,
-                first_timestamp: event.timestamp,
+                first: event.at,
             },
         };
-        self.observed.insert(
-            cache_key,
-            Observed {
-                name: recorded.name.clone(),
-                count: recorded.count,
-                first_timestamp: recorded.first_timestamp.clone(),
-            },
-        );
-        if !self.allow(&event.key.spam(), now) {
+        self.observed.insert(cache_key, observed);
+        let recorded = Recorded {
+            name: format!("{}.{:x}", event.key.name, observed.named_at.as_nanosecond()),
+            message,
+            count: observed.count,
+            first_timestamp: rfc3339(observed.first),
+        };
+        if !self.allow(event.key.spam(), now) {
             Write::Drop
         } else if recorded.count > 1 {
             Write::Update(recorded)
@@ -209,40 +210,37 @@ impl Correlator {
     /// [`AGGREGATE_WINDOW`] (`EventAggregator.EventAggregate`).
     fn aggregate(&mut self, key: &EventKey<'_>, message: &str, now: Instant) -> Option<String> {
         let aggregate = key.aggregate();
-        let fresh = || Similar {
-            messages: HashSet::new(),
+        let fresh = Similar {
+            messages: [0; MAX_SIMILAR],
+            len: 0,
             last: now,
         };
-        let mut similar = self.similar.remove(&aggregate).unwrap_or_else(fresh);
-        if now.duration_since(similar.last) > AGGREGATE_WINDOW {
-            similar = fresh();
+        let mut similar = match self.similar.get_mut(aggregate) {
+            Some(s) if now.duration_since(s.last) <= AGGREGATE_WINDOW => *s,
+            _ => fresh,
+        };
+        let text = hash(&[&[message]]);
+        if !similar.messages[..similar.len].contains(&text) {
+            similar.messages[similar.len] = text;
+            similar.len += 1;
         }
-        similar.messages.insert(message.to_string());
         similar.last = now;
-        let combine = similar.messages.len() >= MAX_SIMILAR;
+        let combine = similar.len >= MAX_SIMILAR;
         if combine {
             // The set stays below the threshold, as client-go's `PopAny` keeps it.
-            let any = similar.messages.iter().next().cloned();
-            if let Some(any) = any {
-                similar.messages.remove(&any);
-            }
+            similar.len -= 1;
         }
         self.similar.insert(aggregate, similar);
         combine.then(|| format!("{COMBINED}{message}"))
     }
 
     /// Whether the spam filter lets one more event about `key` through (a passive token bucket).
-    fn allow(&mut self, key: &str, now: Instant) -> bool {
-        if !self.spam.contains_key(key) {
-            let full = Bucket {
-                tokens: SPAM_BURST,
-                at: now,
-            };
-            self.spam.insert(key.to_string(), full);
-        }
-        let Some(bucket) = self.spam.get_mut(key) else {
-            return true;
+    fn allow(&mut self, key: u64, now: Instant) -> bool {
+        let full = Bucket {
+            tokens: SPAM_BURST,
+            at: now,
         };
+        let bucket = self.spam.entry(key, full);
         let refill = now.duration_since(bucket.at).as_secs_f64() * SPAM_REFILL_PER_SECOND;
         bucket.tokens = (bucket.tokens + refill).min(SPAM_BURST);
         bucket.at = now;
@@ -253,6 +251,69 @@ impl Correlator {
             false
         }
     }
+}
+
+/// A map of at most [`CACHE_ENTRIES`] values by key hash, kept in one table. Full, it forgets the
+/// quarter of its entries used longest ago (client-go's caches are LRUs of the same size).
+struct Bounded<T> {
+    entries: HashMap<u64, (u64, T)>,
+    /// A counter that orders uses.
+    clock: u64,
+}
+
+impl<T> Default for Bounded<T> {
+    fn default() -> Bounded<T> {
+        Bounded {
+            entries: HashMap::new(),
+            clock: 0,
+        }
+    }
+}
+
+impl<T> Bounded<T> {
+    fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    fn get_mut(&mut self, key: u64) -> Option<&mut T> {
+        let now = self.tick();
+        self.entries.get_mut(&key).map(|(used, value)| {
+            *used = now;
+            value
+        })
+    }
+
+    fn insert(&mut self, key: u64, value: T) {
+        self.make_room(key);
+        let now = self.tick();
+        self.entries.insert(key, (now, value));
+    }
+
+    /// The value of `key`, `value` inserted first when there is none.
+    fn entry(&mut self, key: u64, value: T) -> &mut T {
+        self.make_room(key);
+        let now = self.tick();
+        let (used, value) = self.entries.entry(key).or_insert((now, value));
+        *used = now;
+        value
+    }
+
+    fn make_room(&mut self, key: u64) {
+        if self.entries.len() < CACHE_ENTRIES || self.entries.contains_key(&key) {
+            return;
+        }
+        let mut uses: Vec<u64> = self.entries.values().map(|(used, _)| *used).collect();
+        let quarter = CACHE_ENTRIES / 4;
+        let (_, cutoff, _) = uses.select_nth_unstable(quarter);
+        let cutoff = *cutoff;
+        self.entries.retain(|_, (used, _)| *used > cutoff);
+    }
+}
+
+/// `t` as Kubernetes writes times: RFC 3339, in seconds.
+fn rfc3339(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// Records a core/v1 Event about an object, as client-go's event recorder writes it after
@@ -279,12 +340,12 @@ pub(crate) fn record_event(
         event_type,
         reason,
     };
-    let now = meta::now_rfc3339();
+    let at = jiff::Timestamp::now();
+    let now = rfc3339(at);
     let occurrence = Occurrence {
         key: key.clone(),
         message,
-        new_name: format!("{name}.{:x}", jiff::Timestamp::now().as_nanosecond()),
-        timestamp: now.clone(),
+        at,
     };
     let write = store
         .event_correlator()
@@ -387,13 +448,20 @@ mod tests {
         }
     }
 
+    fn stamp(i: u64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_800_000_000 + i as i64).unwrap()
+    }
+
     fn occurrence<'a>(name: &'a str, message: &'a str, i: u64) -> Occurrence<'a> {
         Occurrence {
             key: key(name),
             message,
-            new_name: format!("{name}.{i:x}"),
-            timestamp: format!("t{i}"),
+            at: stamp(i),
         }
+    }
+
+    fn name(object: &str, i: u64) -> String {
+        format!("{object}.{:x}", stamp(i).as_nanosecond())
     }
 
     fn recorded(write: &Write) -> &Recorded {
@@ -415,23 +483,23 @@ mod tests {
             assert_eq!(
                 w,
                 &Write::Create(Recorded {
-                    name: format!("rs.{i:x}"),
+                    name: name("rs", i as u64),
                     message: messages[i].clone(),
                     count: 1,
-                    first_timestamp: format!("t{i}"),
+                    first_timestamp: rfc3339(stamp(i as u64)),
                 })
             );
         }
         let combined = Recorded {
-            name: "rs.9".to_string(),
+            name: name("rs", 9),
             message: "(combined from similar events): Created pod: p-9".to_string(),
             count: 1,
-            first_timestamp: "t9".to_string(),
+            first_timestamp: rfc3339(stamp(9)),
         };
         assert_eq!(writes[9], Write::Create(combined));
         let eleventh = recorded(&writes[10]);
         assert!(matches!(writes[10], Write::Update(_)));
-        assert_eq!((eleventh.name.as_str(), eleventh.count), ("rs.9", 2));
+        assert_eq!((eleventh.name.clone(), eleventh.count), (name("rs", 9), 2));
         assert_eq!(
             eleventh.message,
             "(combined from similar events): Created pod: p-10"
@@ -450,13 +518,13 @@ mod tests {
         assert_eq!(
             again,
             Write::Update(Recorded {
-                name: "a.1".to_string(),
+                name: name("a", 1),
                 message: "Back-off".to_string(),
                 count: 2,
-                first_timestamp: "t1".to_string(),
+                first_timestamp: rfc3339(stamp(1)),
             })
         );
-        assert_eq!(recorded(&other).name, "b.3");
+        assert_eq!(recorded(&other).name, name("b", 3));
         assert!(matches!(other, Write::Create(_)));
     }
 
@@ -491,5 +559,21 @@ mod tests {
         let later = start + AGGREGATE_WINDOW + Duration::from_secs(1);
         let tenth = c.correlate(occurrence("o", &messages[9], 9), later);
         assert_eq!(recorded(&tenth).message, "m9");
+    }
+
+    #[test]
+    fn a_full_cache_forgets_the_quarter_used_longest_ago() {
+        let mut cache = Bounded::default();
+        for key in 0..CACHE_ENTRIES as u64 {
+            cache.insert(key, key);
+        }
+        // Key 0 is used again, so it is among the most recent.
+        assert_eq!(cache.get_mut(0).copied(), Some(0));
+        cache.insert(u64::MAX, 1);
+        assert!(cache.entries.len() <= CACHE_ENTRIES * 3 / 4 + 1);
+        assert!(cache.get_mut(0).is_some());
+        assert!(cache.get_mut(1).is_none());
+        assert!(cache.get_mut(u64::MAX).is_some());
+        assert!(cache.get_mut(CACHE_ENTRIES as u64 - 1).is_some());
     }
 }
