@@ -323,6 +323,18 @@ async fn handle(state: Arc<ServerState>, req: Request<Incoming>) -> Response<Bod
     }
 }
 
+/// The namespace and name of the object whose subresource a request `POST`s to (`token`, `binding`):
+/// 405 for another method, 404 when the path names no namespaced object.
+fn posted_to<'p>(req: &Request<Incoming>, path: &'p ApiPath) -> Result<(&'p str, &'p str), Error> {
+    if req.method() != http::Method::POST {
+        return Err(Error::MethodNotAllowed);
+    }
+    match (path.namespace.as_deref(), path.name.as_deref()) {
+        (Some(namespace), Some(name)) => Ok((namespace, name)),
+        _ => Err(Error::ResourceNotFound),
+    }
+}
+
 async fn read_body(req: Request<Incoming>) -> Result<(Bytes, String), Error> {
     let content_type = req
         .headers()

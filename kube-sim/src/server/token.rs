@@ -7,7 +7,7 @@ use hyper::body::Incoming;
 use serde_json::{Value, json};
 
 use super::protobuf::object_body;
-use super::{ApiPath, Body, ServerState, json_response, read_body};
+use super::{ApiPath, Body, ServerState, json_response, posted_to, read_body};
 use crate::store::{Error, TokenOptions};
 use crate::validation::FieldError;
 
@@ -24,12 +24,7 @@ pub async fn request(
     req: Request<Incoming>,
     path: &ApiPath,
 ) -> Result<Response<Body>, Error> {
-    if req.method() != http::Method::POST {
-        return Err(Error::MethodNotAllowed);
-    }
-    let (Some(namespace), Some(name)) = (path.namespace.as_deref(), path.name.as_deref()) else {
-        return Err(Error::ResourceNotFound);
-    };
+    let (namespace, name) = posted_to(&req, path)?;
     let (body, content_type) = read_body(req).await?;
     let mut review = object_body(Some(&content_type), &body)?;
     let spec = review.get("spec").cloned().unwrap_or_else(|| json!({}));

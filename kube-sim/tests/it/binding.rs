@@ -6,6 +6,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{PostParams, WatchEvent, WatchParams};
+use kube_sim::Sim;
 use serde_json::{Value, json};
 
 use crate::{DEADLINE, kubectl_at, kubectl_ok, manifest, start};
@@ -36,15 +37,29 @@ fn pod_scheduled(pod: &Pod) -> Option<String> {
     Some(c.status.clone())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_binding_posted_with_kubectl_binds_a_pod_of_another_scheduler_once() {
+/// A simulator with pod `name` created for `scheduler`: its API, and the pod as created.
+async fn started_with_pod(name: &str, scheduler: &str) -> (Sim, Api<Pod>, Pod) {
     let sim = start().await;
     let client = sim.client().await.unwrap();
     let pods: Api<Pod> = Api::namespaced(client, "default");
     let created = pods
-        .create(&PostParams::default(), &pod("p", "elsewhere"))
+        .create(&PostParams::default(), &pod(name, scheduler))
         .await
         .unwrap();
+    (sim, pods, created)
+}
+
+/// What kubectl says when the server refuses the body of `file` posted to `url`.
+async fn refused(sim: &Sim, url: &str, file: &std::path::Path) -> String {
+    let args = ["create", "--raw", url, "-f", file.to_str().unwrap()];
+    let out = kubectl_at(sim.kubeconfig_path(), &args).await;
+    assert!(!out.status.success(), "{args:?} was accepted");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_posted_with_kubectl_binds_a_pod_of_another_scheduler_once() {
+    let (sim, pods, created) = started_with_pod("p", "elsewhere").await;
     let uid = created.metadata.uid.clone().unwrap();
     let url = "/api/v1/namespaces/default/pods/p/binding";
     let binding = |target: Value| {
@@ -57,13 +72,7 @@ async fn a_binding_posted_with_kubectl_binds_a_pod_of_another_scheduler_once() {
     };
 
     let (_d, wrong_kind) = binding(json!({"kind": "Pod", "name": kube_sim::NODE_NAME}));
-    let refused = kubectl_at(
-        sim.kubeconfig_path(),
-        &["create", "--raw", url, "-f", wrong_kind.to_str().unwrap()],
-    )
-    .await;
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success());
+    let stderr = refused(&sim, url, &wrong_kind).await;
     assert!(stderr.contains("target.kind"), "{stderr}");
     let unbound = pods.get("p").await.unwrap();
     assert_eq!(unbound.spec.unwrap().node_name, None);
@@ -94,13 +103,7 @@ async fn a_binding_posted_with_kubectl_binds_a_pod_of_another_scheduler_once() {
         Some(kube_sim::NODE_NAME)
     );
 
-    let again = kubectl_at(
-        sim.kubeconfig_path(),
-        &["create", "--raw", url, "-f", to_node.to_str().unwrap()],
-    )
-    .await;
-    let stderr = String::from_utf8_lossy(&again.stderr);
-    assert!(!again.status.success());
+    let stderr = refused(&sim, url, &to_node).await;
     let expected = format!(
         "Operation cannot be fulfilled on pods/binding \"p\": pod p is already assigned to node \"{}\"",
         kube_sim::NODE_NAME
@@ -111,13 +114,7 @@ async fn a_binding_posted_with_kubectl_binds_a_pod_of_another_scheduler_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scheduler_binds_in_one_change_that_no_manager_owns() {
-    let sim = start().await;
-    let client = sim.client().await.unwrap();
-    let pods: Api<Pod> = Api::namespaced(client, "default");
-    let created = pods
-        .create(&PostParams::default(), &pod("q", "default-scheduler"))
-        .await
-        .unwrap();
+    let (sim, pods, created) = started_with_pod("q", "default-scheduler").await;
     let version = created.metadata.resource_version.clone().unwrap();
     let params = WatchParams::default().fields("metadata.name=q");
     let mut changes = pods.watch(&params, &version).await.unwrap().boxed();
