@@ -16,7 +16,7 @@ use kube_sim::{Config, Sim};
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 /// How long freed memory stays resident before jemalloc's background threads give it back. A tenth
-/// of a second: a second left the end of a burst resident when it was measured (about 7 MiB more at
+/// of a second: a second left the end of a burst resident when it was measured (about 10 MiB more at
 /// 1000 Ready pods), and none at all costs a fifth more CPU per rollout in `madvise` calls.
 const DIRTY_DECAY_MS: isize = 100;
 
