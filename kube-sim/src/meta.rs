@@ -11,8 +11,12 @@ pub fn now_rfc3339() -> String {
 pub fn rfc3339_after(seconds: i64) -> String {
     let now = jiff::Timestamp::now();
     let secs = now.as_second() + seconds;
-    let ts = jiff::Timestamp::from_second(secs).unwrap_or(now);
-    ts.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    rfc3339(jiff::Timestamp::from_second(secs).unwrap_or(now))
+}
+
+/// `t` as Kubernetes writes times: RFC 3339, in seconds.
+pub fn rfc3339(t: jiff::Timestamp) -> String {
+    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// Fills a buffer with random bytes; falls back to a time-seeded generator if the OS source fails.

@@ -209,34 +209,11 @@ fn unschedulable(store: &Store, pod: &Value, message: &str) -> Result<(), store:
     record_event(store, pod, NAME, "Warning", "FailedScheduling", message);
     let mut new = pod.clone();
     new["status"]["phase"] = json!("Pending");
-    set_scheduled_condition(
+    store::update_pod_condition(
         &mut new,
         json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}),
     );
     write_status(store, new)
-}
-
-/// Sets the `PodScheduled` condition, with `lastProbeTime: null` and the transition time kept when the
-/// status does not change.
-fn set_scheduled_condition(pod: &mut Value, mut condition: Value) {
-    let conditions = pod
-        .pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let old = conditions.iter().find(|c| c["type"] == "PodScheduled");
-    let since = match old {
-        Some(o) if o["status"] == condition["status"] => o["lastTransitionTime"].clone(),
-        _ => json!(meta::now_rfc3339()),
-    };
-    condition["lastProbeTime"] = Value::Null;
-    condition["lastTransitionTime"] = since;
-    let mut rest: Vec<Value> = conditions
-        .into_iter()
-        .filter(|c| c["type"] != "PodScheduled")
-        .collect();
-    rest.insert(0, condition);
-    pod["status"]["conditions"] = json!(rest);
 }
 
 fn write_status(store: &Store, pod: Value) -> Result<(), store::Error> {

@@ -66,7 +66,7 @@ use history::{EventKind, Histories, push_event};
 use version::Version;
 
 pub use admission::SERVICE_ACCOUNT_PATH;
-pub use binding::Binding;
+pub use binding::{Binding, update_pod_condition};
 pub use delete::FOREGROUND_FINALIZER;
 pub use error::{Error, Result};
 pub use history::HISTORY_WINDOW;

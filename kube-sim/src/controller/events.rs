@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::MANAGER;
-use crate::meta;
+use crate::meta::{self, rfc3339};
 use crate::resource::GroupResource;
 use crate::store::{self, Patch, PatchOptions, Store, WriteOptions};
 
@@ -179,18 +179,14 @@ impl Correlator {
             Some(combined) => (combined, event.key.aggregate()),
             None => (event.message.to_string(), event.key.exact(event.message)),
         };
-        let observed = match self.observed.get_mut(cache_key) {
-            Some(seen) => Observed {
-                count: seen.count + 1,
-                ..*seen
-            },
-            None => Observed {
-                named_at: event.at,
-                count: 1,
-                first: event.at,
-            },
+        let unseen = Observed {
+            named_at: event.at,
+            count: 0,
+            first: event.at,
         };
-        self.observed.insert(cache_key, observed);
+        let observed = self.observed.entry(cache_key, unseen);
+        observed.count += 1;
+        let observed = *observed;
         let recorded = Recorded {
             name: format!("{}.{:x}", event.key.name, observed.named_at.as_nanosecond()),
             message,
@@ -209,16 +205,15 @@ impl Correlator {
     /// The combined message, once `message` is one of [`MAX_SIMILAR`] distinct ones within
     /// [`AGGREGATE_WINDOW`] (`EventAggregator.EventAggregate`).
     fn aggregate(&mut self, key: &EventKey<'_>, message: &str, now: Instant) -> Option<String> {
-        let aggregate = key.aggregate();
         let fresh = Similar {
             messages: [0; MAX_SIMILAR],
             len: 0,
             last: now,
         };
-        let mut similar = match self.similar.get_mut(aggregate) {
-            Some(s) if now.duration_since(s.last) <= AGGREGATE_WINDOW => *s,
-            _ => fresh,
-        };
+        let similar = self.similar.entry(key.aggregate(), fresh);
+        if now.duration_since(similar.last) > AGGREGATE_WINDOW {
+            *similar = fresh;
+        }
         let text = hash(&[&[message]]);
         if !similar.messages[..similar.len].contains(&text) {
             similar.messages[similar.len] = text;
@@ -230,7 +225,6 @@ impl Correlator {
             // The set stays below the threshold, as client-go's `PopAny` keeps it.
             similar.len -= 1;
         }
-        self.similar.insert(aggregate, similar);
         combine.then(|| format!("{COMBINED}{message}"))
     }
 
@@ -271,31 +265,12 @@ impl<T> Default for Bounded<T> {
 }
 
 impl<T> Bounded<T> {
-    fn tick(&mut self) -> u64 {
-        self.clock += 1;
-        self.clock
-    }
-
-    fn get_mut(&mut self, key: u64) -> Option<&mut T> {
-        let now = self.tick();
-        self.entries.get_mut(&key).map(|(used, value)| {
-            *used = now;
-            value
-        })
-    }
-
-    fn insert(&mut self, key: u64, value: T) {
-        self.make_room(key);
-        let now = self.tick();
-        self.entries.insert(key, (now, value));
-    }
-
-    /// The value of `key`, `value` inserted first when there is none.
+    /// The value of `key`, `value` inserted first when there is none; either way, used now.
     fn entry(&mut self, key: u64, value: T) -> &mut T {
         self.make_room(key);
-        let now = self.tick();
-        let (used, value) = self.entries.entry(key).or_insert((now, value));
-        *used = now;
+        self.clock += 1;
+        let (used, value) = self.entries.entry(key).or_insert((self.clock, value));
+        *used = self.clock;
         value
     }
 
@@ -309,11 +284,6 @@ impl<T> Bounded<T> {
         let cutoff = *cutoff;
         self.entries.retain(|_, (used, _)| *used > cutoff);
     }
-}
-
-/// `t` as Kubernetes writes times: RFC 3339, in seconds.
-fn rfc3339(t: jiff::Timestamp) -> String {
-    t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// Records a core/v1 Event about an object, as client-go's event recorder writes it after
@@ -565,15 +535,15 @@ mod tests {
     fn a_full_cache_forgets_the_quarter_used_longest_ago() {
         let mut cache = Bounded::default();
         for key in 0..CACHE_ENTRIES as u64 {
-            cache.insert(key, key);
+            cache.entry(key, key);
         }
         // Key 0 is used again, so it is among the most recent.
-        assert_eq!(cache.get_mut(0).copied(), Some(0));
-        cache.insert(u64::MAX, 1);
+        assert_eq!(*cache.entry(0, u64::MAX), 0);
+        cache.entry(u64::MAX, 1);
         assert!(cache.entries.len() <= CACHE_ENTRIES * 3 / 4 + 1);
-        assert!(cache.get_mut(0).is_some());
-        assert!(cache.get_mut(1).is_none());
-        assert!(cache.get_mut(u64::MAX).is_some());
-        assert!(cache.get_mut(CACHE_ENTRIES as u64 - 1).is_some());
+        assert!(cache.entries.contains_key(&0));
+        assert!(!cache.entries.contains_key(&1));
+        assert!(cache.entries.contains_key(&u64::MAX));
+        assert!(cache.entries.contains_key(&(CACHE_ENTRIES as u64 - 1)));
     }
 }

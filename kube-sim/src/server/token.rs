@@ -69,7 +69,7 @@ pub async fn request(
     let expires = issued
         .expires
         .and_then(|e| jiff::Timestamp::from_second(e).ok())
-        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string());
+        .map(crate::meta::rfc3339);
     let Value::Object(m) = &mut review else {
         return Err(Error::BadRequest(
             "the body of a TokenRequest must be an object".to_string(),

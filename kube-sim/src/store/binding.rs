@@ -31,13 +31,13 @@ impl Store {
         let info = st.info(&gr)?;
         let key = (namespace.to_string(), name.to_string());
         let old = st.stored(&gr, &key)?;
-        refusal(&old, binding).map_or(Ok(()), |reason| {
-            Err(Error::Conflict {
+        if let Some(reason) = refusal(&old, binding) {
+            return Err(Error::Conflict {
                 resource: GroupResource::new("", "pods/binding"),
                 name: name.to_string(),
                 reason,
-            })
-        })?;
+            });
+        }
         let mut new = (*old).clone();
         new["spec"]["nodeName"] = json!(binding.node);
         if !binding.annotations.is_empty() {
@@ -47,7 +47,7 @@ impl Store {
                 a.extend(binding.annotations.clone());
             }
         }
-        mark_scheduled(&mut new);
+        update_pod_condition(&mut new, json!({"type": "PodScheduled", "status": "True"}));
         // Checked like any write of a pod, so a binding cannot store what an update could not.
         super::update::validate(&info, &new, Some(&old))?;
         Ok(self.commit_update(st, &info, key, old, new))
@@ -79,11 +79,10 @@ fn refusal(pod: &Value, binding: &Binding) -> Option<String> {
     None
 }
 
-/// Sets `PodScheduled=True` as `UpdatePodCondition` does: the condition replaces one of its type in
-/// place (keeping its transition time when its status is the same) or is appended, with no reason or
-/// message and no probe time.
-fn mark_scheduled(pod: &mut Value) {
-    let now = json!(meta::now_rfc3339());
+/// Sets `condition` in a pod's status as `UpdatePodCondition` does, for the API server's binding and
+/// for the scheduler alike: it replaces the condition of its type in place (keeping its transition time
+/// when its status is the same) or is appended, with no probe time.
+pub fn update_pod_condition(pod: &mut Value, mut condition: Value) {
     let status = pod
         .as_object_mut()
         .map(|o| o.entry("status").or_insert_with(|| json!({})));
@@ -99,15 +98,14 @@ fn mark_scheduled(pod: &mut Value) {
     let Value::Array(conditions) = conditions else {
         return;
     };
-    let mut condition = json!({
-        "type": "PodScheduled",
-        "status": "True",
-        "lastProbeTime": null,
-        "lastTransitionTime": now,
-    });
-    match conditions.iter_mut().find(|c| c["type"] == "PodScheduled") {
+    condition["lastProbeTime"] = Value::Null;
+    condition["lastTransitionTime"] = json!(meta::now_rfc3339());
+    match conditions
+        .iter_mut()
+        .find(|c| c["type"] == condition["type"])
+    {
         Some(old) => {
-            if old["status"] == "True" {
+            if old["status"] == condition["status"] {
                 condition["lastTransitionTime"] = old["lastTransitionTime"].clone();
             }
             *old = condition;
@@ -127,7 +125,10 @@ mod tests {
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no",
              "lastTransitionTime": "2026-01-01T00:00:00Z"},
         ]}});
-        mark_scheduled(&mut pending);
+        update_pod_condition(
+            &mut pending,
+            json!({"type": "PodScheduled", "status": "True"}),
+        );
         let conditions = pending["status"]["conditions"].as_array().unwrap();
         assert_eq!(conditions.len(), 2);
         assert_eq!(conditions[1]["status"], "True");
@@ -135,8 +136,23 @@ mod tests {
         assert_ne!(conditions[1]["lastTransitionTime"], "2026-01-01T00:00:00Z");
 
         let mut fresh = json!({"status": {"conditions": [{"type": "Other", "status": "True"}]}});
-        mark_scheduled(&mut fresh);
+        update_pod_condition(
+            &mut fresh,
+            json!({"type": "PodScheduled", "status": "True"}),
+        );
         assert_eq!(fresh["status"]["conditions"][1]["type"], "PodScheduled");
+
+        // A new message under the same status keeps when the status last changed.
+        let waiting = |message: &str| json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message});
+        let mut unschedulable = json!({"status": {"conditions": [
+            {"type": "PodScheduled", "status": "False", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+        update_pod_condition(&mut unschedulable, waiting("again"));
+        let condition = &unschedulable["status"]["conditions"][0];
+        assert_eq!(condition["lastTransitionTime"], "2026-01-01T00:00:00Z");
+        assert_eq!(
+            (&condition["message"], &condition["lastProbeTime"]),
+            (&json!("again"), &Value::Null)
+        );
     }
 
     #[test]
