@@ -16,6 +16,10 @@ use serde_json::json;
 use xshell::{Shell, cmd};
 
 use super::{Error, Figure, Process, start_registry, step};
+use crate::{
+    image::{distribution, oci},
+    wait::workload::{self, WaitOptions, Want},
+};
 
 /// The watch history window and the Events' time to live the simulator
 /// runs with here: short, so the memory figures after ten rollouts and
@@ -30,10 +34,6 @@ const HISTORY_WINDOW: Duration = Duration::from_secs(30);
 /// and one rollout after the first, four or five after the tenth); once they aged out, what is left is
 /// what the simulator keeps.
 const SETTLE: Duration = Duration::from_secs(HISTORY_WINDOW.as_secs() + 10);
-use crate::{
-    image::{distribution, oci},
-    wait::workload::{self, WaitOptions, Want},
-};
 
 /// How many times every Deployment is restarted in a run.
 const ROLLOUTS: usize = 10;
