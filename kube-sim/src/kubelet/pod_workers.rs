@@ -40,6 +40,9 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
     let mut run = new_run(&k, &pod);
     let (exit_tx, mut exit_rx) = mpsc::unbounded_channel::<Exited>();
     write_status(&k, &run, &pod);
+    // The worker holds no version of its pod while it waits: the one it read is replaced by the status
+    // it wrote, and a thousand waiting workers each keeping a stale pod doubled what pods cost.
+    drop(pod);
     loop {
         let latest = rx.borrow().clone();
         if latest.pointer("/metadata/deletionTimestamp").is_some() {
@@ -49,8 +52,10 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
         // The worker waits most of its life; the steps' futures are boxed so that a waiting worker's
         // task is small (with them inline, each of a thousand pods' tasks was about 8 KB).
         Box::pin(step(&k, &mut run, &latest, &exit_tx)).await;
+        drop(latest);
         let latest = rx.borrow().clone();
         write_status(&k, &run, &latest);
+        drop(latest);
         let next = run
             .containers
             .iter()

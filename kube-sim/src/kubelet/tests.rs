@@ -240,6 +240,48 @@ async fn a_pod_goes_from_container_creating_to_ready_with_a_normalised_image_id(
     );
 }
 
+/// A worker waiting on a Ready pod holds no version of it but the one the store has: a thousand workers
+/// each keeping the version they started from (or the one before their last status) doubled what pods
+/// cost.
+#[tokio::test]
+async fn a_waiting_worker_keeps_no_earlier_version_of_its_pod() {
+    let h = Harness::start();
+    let mut w = h
+        .store
+        .watch(
+            &GroupResource::pods(),
+            Some("default"),
+            Some(0),
+            &ListOptions::default(),
+        )
+        .unwrap();
+    h.create_pod("web", bound("nginx:1.25"));
+    let mut versions = Vec::new();
+    let ready = tokio::time::timeout(DEADLINE, async {
+        while let Some(e) = w.next_shared().await {
+            let Some(pod) = e.object() else { continue };
+            versions.push(Arc::downgrade(pod));
+            if condition(pod, "Ready")["status"] == "True" {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(ready.is_ok(), "the pod never became Ready");
+    drop(w);
+    assert!(versions.len() >= 3, "{} versions", versions.len());
+    let alive = || versions.iter().filter(|v| v.strong_count() > 0).count();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while alive() > 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(alive(), 1, "versions still held, of {}", versions.len());
+    assert!(
+        versions.last().unwrap().strong_count() > 0,
+        "the stored version is the one left"
+    );
+}
+
 #[tokio::test]
 async fn a_missing_image_shows_err_image_pull_then_image_pull_back_off() {
     let h = Harness::start();
