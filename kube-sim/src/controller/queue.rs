@@ -1,7 +1,10 @@
 //! A work queue of object keys, as Kubernetes controllers use: a key is queued at most once, and delayed
-//! additions of the same key collapse into the earliest one.
+//! additions of the same key collapse into the earliest one. Delayed keys wait on one timer per queue, as
+//! client-go's delaying queue does, not on a task each: a rollout re-queues its Deployments with their
+//! progress deadline (ten minutes) on every sync, and a task per addition kept thousands of sleeping
+//! tasks for that long.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -27,14 +30,50 @@ impl<K> Clone for Queue<K> {
 
 struct Shared<K> {
     state: Mutex<State<K>>,
+    /// Wakes a consumer waiting in [`Queue::next`].
     notify: Notify,
+    /// Wakes the timer when a key is due earlier than those it waits for.
+    timer: Notify,
 }
+
+/// When a delayed key is due, made unique by the order of its addition.
+type Due = (Instant, u64);
 
 struct State<K> {
     ready: VecDeque<K>,
     queued: HashSet<K>,
-    /// Keys waiting for their delay, with the instant they become ready.
-    delayed: HashMap<K, Instant>,
+    /// Keys waiting for their delay, with when each is due...
+    delayed: HashMap<K, Due>,
+    /// ...and the same keys in the order they are due.
+    due: BTreeMap<Due, K>,
+    added: u64,
+    /// Whether the timer task runs; it ends when no key waits.
+    timer: bool,
+}
+
+impl<K> State<K> {
+    /// Forgets the delayed addition of `key`.
+    fn undelay(&mut self, key: &K) -> Option<Due>
+    where
+        K: Eq + Hash,
+    {
+        let due = self.delayed.remove(key)?;
+        self.due.remove(&due);
+        self.delayed.shrink_when_sparse();
+        Some(due)
+    }
+
+    /// Queues `key` unless it is queued already; whether it was added.
+    fn push(&mut self, key: K) -> bool
+    where
+        K: Clone + Eq + Hash,
+    {
+        if !self.queued.insert(key.clone()) {
+            return false;
+        }
+        self.ready.push_back(key);
+        true
+    }
 }
 
 impl<K: Clone + Eq + Hash + Send + 'static> Queue<K> {
@@ -46,8 +85,12 @@ impl<K: Clone + Eq + Hash + Send + 'static> Queue<K> {
                     ready: VecDeque::new(),
                     queued: HashSet::new(),
                     delayed: HashMap::new(),
+                    due: BTreeMap::new(),
+                    added: 0,
+                    timer: false,
                 }),
                 notify: Notify::new(),
+                timer: Notify::new(),
             }),
         }
     }
@@ -59,11 +102,12 @@ impl<K: Clone + Eq + Hash + Send + 'static> Queue<K> {
     /// Queues a key now.
     pub fn add(&self, key: K) {
         let mut st = self.lock();
-        if st.delayed.remove(&key).is_some() {
-            st.delayed.shrink_when_sparse();
+        let first = st.due.first_key_value().map(|(d, _)| *d);
+        if first.is_some() && st.undelay(&key) == first {
+            // The timer waits for this key: it looks again (and ends when no key is left).
+            self.shared.timer.notify_one();
         }
-        if st.queued.insert(key.clone()) {
-            st.ready.push_back(key);
+        if st.push(key) {
             drop(st);
             self.shared.notify.notify_one();
         }
@@ -76,27 +120,56 @@ impl<K: Clone + Eq + Hash + Send + 'static> Queue<K> {
             return;
         }
         let at = Instant::now() + delay;
-        {
-            let mut st = self.lock();
-            if st.queued.contains(&key) {
-                return;
-            }
-            if st.delayed.get(&key).is_some_and(|t| *t <= at) {
-                return;
-            }
-            st.delayed.insert(key.clone(), at);
+        let mut st = self.lock();
+        if st.queued.contains(&key) || st.delayed.get(&key).is_some_and(|(t, _)| *t <= at) {
+            return;
         }
-        let queue = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep_until(at).await;
-            let due = {
-                let st = queue.lock();
-                st.delayed.get(&key).is_some_and(|t| *t <= Instant::now())
+        st.undelay(&key);
+        st.added += 1;
+        let due = (at, st.added);
+        st.delayed.insert(key.clone(), due);
+        st.due.insert(due, key);
+        let earliest = st.due.first_key_value().is_some_and(|(d, _)| *d == due);
+        if !st.timer {
+            st.timer = true;
+            tokio::spawn(self.clone().run_timer());
+        } else if earliest {
+            self.shared.timer.notify_one();
+        }
+    }
+
+    /// Moves keys to the ready queue as they become due, until none waits.
+    async fn run_timer(self) {
+        loop {
+            let next = {
+                let mut st = self.lock();
+                let now = Instant::now();
+                let mut added = false;
+                while let Some(entry) = st.due.first_entry() {
+                    if entry.key().0 > now {
+                        break;
+                    }
+                    let key = entry.remove();
+                    st.delayed.remove(&key);
+                    added |= st.push(key);
+                }
+                st.delayed.shrink_when_sparse();
+                if added {
+                    self.shared.notify.notify_one();
+                }
+                match st.due.first_key_value() {
+                    Some(((at, _), _)) => *at,
+                    None => {
+                        st.timer = false;
+                        return;
+                    }
+                }
             };
-            if due {
-                queue.add(key);
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => {}
+                _ = self.shared.timer.notified() => {}
             }
-        });
+        }
     }
 
     /// Waits for the next key and takes it off the queue.
@@ -144,5 +217,56 @@ mod tests {
         let got = tokio::time::timeout(Duration::from_secs(5), q.next()).await;
         assert_eq!(got, Ok("c"));
         assert_eq!(q.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn delayed_keys_come_due_in_order_and_an_earlier_addition_wins() {
+        let q = Queue::new();
+        q.add_after("late", Duration::from_millis(120));
+        q.add_after("soon", Duration::from_millis(40));
+        // A later addition does not postpone, an earlier one brings it forward.
+        q.add_after("soon", Duration::from_secs(60));
+        q.add_after("late", Duration::from_millis(80));
+        q.add_after("now", Duration::from_secs(60));
+        q.add("now");
+        let next = || tokio::time::timeout(Duration::from_secs(5), q.next());
+        assert_eq!(next().await, Ok("now"));
+        let started = Instant::now();
+        assert_eq!(next().await, Ok("soon"));
+        assert_eq!(next().await, Ok("late"));
+        assert!(started.elapsed() >= Duration::from_millis(60));
+        // "now" was taken off the delayed keys when it was queued: it does not come again.
+        let again = tokio::time::timeout(Duration::from_millis(200), q.next()).await;
+        assert!(again.is_err(), "{again:?}");
+    }
+
+    #[tokio::test]
+    async fn keys_delayed_over_and_over_wait_on_one_timer() {
+        let tasks = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let before = tasks();
+        let q = Queue::new();
+        for round in 0..200u64 {
+            let key = round % 20;
+            // As a controller does: a sync queues its key now, then asks to look again much later.
+            q.add(key);
+            assert_eq!(q.next().await, key);
+            q.add_after(key, Duration::from_secs(600 - round));
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(q.lock().due.len(), 20);
+        assert_eq!(tasks(), before + 1, "one timer for the queue");
+        for key in 0..20 {
+            q.add(key);
+        }
+        assert!(q.lock().due.is_empty());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while tasks() > before && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(tasks(), before, "the timer ends once no key waits");
     }
 }
