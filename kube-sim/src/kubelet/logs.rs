@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::lock::MutexExt as _;
 use crate::meta;
+use crate::sparse::ShrinkWhenSparse as _;
 use crate::store::{self, LogOptions, LogStream, PodLogs};
 
 /// Log lines by pod `uid` and container name, for the pods of a kubelet's nodes.
@@ -38,7 +39,9 @@ impl Logs {
 
     /// Forgets a pod.
     pub fn remove(&self, pod_uid: &str) {
-        self.lines.lock_unpoisoned().remove(pod_uid);
+        let mut lines = self.lines.lock_unpoisoned();
+        lines.remove(pod_uid);
+        lines.shrink_when_sparse();
     }
 }
 

@@ -47,6 +47,7 @@ use tokio::time::Instant;
 use crate::controller::follow;
 use crate::meta;
 use crate::resource::GroupResource;
+use crate::sparse::ShrinkWhenSparse as _;
 use crate::store::{self, SharedEvent, Store};
 
 pub use logs::Logs;
@@ -209,7 +210,10 @@ pub async fn run_with<R: ContainerRuntime>(
         };
         let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("").to_string();
         if deleted {
-            if let Some((_, task)) = workers.remove(&uid) {
+            let stopping = workers.remove(&uid);
+            // The table of a node's workers grows with a rollout's old and new pods together.
+            workers.shrink_when_sparse();
+            if let Some((_, task)) = stopping {
                 // The worker stops its containers when its sender is dropped; make sure it ends.
                 let handle = task;
                 tokio::spawn(async move {
