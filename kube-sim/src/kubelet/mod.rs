@@ -244,8 +244,29 @@ pub async fn run_with<R: ContainerRuntime>(
         }
     })
     .await;
-    for (_, (_, task)) in workers {
-        task.abort();
+    stop_workers(workers).await;
+}
+
+/// How long the kubelet's shutdown waits for its pod workers to stop their containers.
+const STOP_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Stops every pod worker as a deleted pod's: each stops its containers once its sender is dropped. A
+/// worker starting a container finishes that first, so no container is created after the runtime's last
+/// clean-up (an aborted start could still have the engine create one). Workers still busy after
+/// [`STOP_DEADLINE`] are aborted.
+async fn stop_workers(workers: HashMap<String, (watch::Sender<Arc<Value>>, JoinHandle<()>)>) {
+    let (aborts, tasks): (Vec<_>, Vec<_>) = workers
+        .into_values()
+        .map(|(_, task)| (task.abort_handle(), task))
+        .unzip();
+    if tokio::time::timeout(STOP_DEADLINE, futures::future::join_all(tasks))
+        .await
+        .is_err()
+    {
+        tracing::debug!("pod workers did not stop in time; aborting them");
+        for abort in aborts {
+            abort.abort();
+        }
     }
 }
 

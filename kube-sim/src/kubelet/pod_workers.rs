@@ -44,6 +44,11 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
     // it wrote, and a thousand waiting workers each keeping a stale pod doubled what pods cost.
     drop(pod);
     loop {
+        if rx.has_changed().is_err() {
+            // The kubelet stops: no further step, only the containers stopped.
+            Box::pin(stop_all(&k, &mut run.containers, Duration::ZERO)).await;
+            return;
+        }
         let latest = rx.borrow().clone();
         if latest.pointer("/metadata/deletionTimestamp").is_some() {
             Box::pin(terminate(&k, &latest, &mut run.containers)).await;

@@ -16,6 +16,7 @@ const DEADLINE: Duration = Duration::from_secs(10);
 /// the crash label; others resolve to DIGEST. The containers it stopped are kept in `stopped`, the user
 /// of every pull (`""` for anonymous ones) in `pulled_as`.
 struct FakeRuntime {
+    started: Arc<std::sync::Mutex<Vec<String>>>,
     stopped: Arc<std::sync::Mutex<Vec<String>>>,
     pulled_as: Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -66,7 +67,13 @@ impl ContainerRuntime for FakeRuntime {
         } else {
             "0"
         };
-        Ok(format!("containerd://{crash}{}", meta::random_hex(8)))
+        let id = format!("containerd://{crash}{}", meta::random_hex(8));
+        // As an engine does, the container exists before the call returns.
+        self.started.lock().unwrap().push(id.clone());
+        if image.image.contains("slow") {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        Ok(id)
     }
 
     async fn wait(&self, container_id: &str) -> Exit {
@@ -88,6 +95,7 @@ impl ContainerRuntime for FakeRuntime {
 struct Harness {
     store: Store,
     shutdown: watch::Sender<bool>,
+    started: Arc<std::sync::Mutex<Vec<String>>>,
     stopped: Arc<std::sync::Mutex<Vec<String>>>,
     pulled_as: Arc<std::sync::Mutex<Vec<String>>>,
 }
@@ -103,9 +111,11 @@ impl Harness {
             crate::scheduler::Config::fast(),
             rx.clone(),
         ));
+        let started = Arc::default();
         let stopped = Arc::default();
         let pulled_as = Arc::default();
         let runtime = FakeRuntime {
+            started: Arc::clone(&started),
             stopped: Arc::clone(&stopped),
             pulled_as: Arc::clone(&pulled_as),
         };
@@ -113,6 +123,7 @@ impl Harness {
         Harness {
             store,
             shutdown,
+            started,
             stopped,
             pulled_as,
         }
@@ -280,6 +291,34 @@ async fn a_waiting_worker_keeps_no_earlier_version_of_its_pod() {
         versions.last().unwrap().strong_count() > 0,
         "the stored version is the one left"
     );
+}
+
+/// A kubelet that stops while a container starts lets the start finish and stops that container, so
+/// none is left behind once the runtime is cleaned up (an aborted start could still create one).
+#[tokio::test]
+async fn a_kubelet_stopping_during_a_container_start_stops_that_container() {
+    let h = Harness::start();
+    h.create_pod("web", bound("slow:1"));
+    let started = || h.started.lock().unwrap().clone();
+    until("the container start began", || !started().is_empty()).await;
+    let _ = h.shutdown.send(true);
+    until("the started container was stopped", || {
+        let stopped = h.stopped.lock().unwrap();
+        started().iter().all(|id| stopped.contains(id))
+    })
+    .await;
+}
+
+/// Waits (DEADLINE at most) until `done` holds.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !done() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {DEADLINE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]
