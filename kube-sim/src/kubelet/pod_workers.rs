@@ -45,7 +45,7 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
     drop(pod);
     loop {
         if rx.has_changed().is_err() {
-            // The kubelet stops: no further step, only the containers stopped.
+            // The kubelet forgot the pod or stops: no further step, only the containers stopped.
             Box::pin(stop_all(&k, &mut run.containers, Duration::ZERO)).await;
             return;
         }
@@ -76,12 +76,9 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
         };
         tokio::select! {
             _ = sleep => {}
-            changed = rx.changed() => {
-                if changed.is_err() {
-                    Box::pin(stop_all(&k, &mut run.containers, Duration::ZERO)).await;
-                    return;
-                }
-            }
+            // A closed channel (the pod gone from the kubelet, or the kubelet stopping) is seen at the
+            // top of the loop.
+            _ = rx.changed() => {}
             Some(exited) = exit_rx.recv() => {
                 let (i, id, exit) = *exited;
                 container_exited(&k, &mut run, i, &id, exit)

@@ -13,8 +13,9 @@ const DIGEST: &str = "sha256:111111111111111111111111111111111111111111111111111
 const DEADLINE: Duration = Duration::from_secs(10);
 
 /// Images named `missing…` fail to pull; `private…` ones pull only as user `good`; `crash…` images carry
-/// the crash label; others resolve to DIGEST. The containers it stopped are kept in `stopped`, the user
-/// of every pull (`""` for anonymous ones) in `pulled_as`.
+/// the crash label; others resolve to DIGEST; `slow…` ones take 300 ms to start, their container
+/// existing from the start of the call. The containers it started are kept in `started`, those it
+/// stopped in `stopped`, the user of every pull (`""` for anonymous ones) in `pulled_as`.
 struct FakeRuntime {
     started: Arc<std::sync::Mutex<Vec<String>>>,
     stopped: Arc<std::sync::Mutex<Vec<String>>>,
