@@ -37,7 +37,6 @@ mod spec;
 pub mod streams;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -162,7 +161,8 @@ struct Inner {
 struct Started {
     token: String,
     ip: Option<String>,
-    ready: Arc<AtomicBool>,
+    /// The readiness probe's latest result.
+    ready: Arc<watch::Sender<bool>>,
     probes: Vec<JoinHandle<()>>,
 }
 
@@ -371,7 +371,7 @@ impl ContainerRuntime for DockerRuntime {
             .await
             .map_err(|e| format!("failed to create container {name}: {}", engine_message(&e)))?;
         let id = created.id;
-        let ready = Arc::new(AtomicBool::new(false));
+        let ready = Arc::new(watch::Sender::new(false));
         self.install_service_account(pod, &id, &name, ready.clone())
             .await?;
         if let Err(e) = self.inner.docker.start_container(&id, None).await {
@@ -498,15 +498,16 @@ impl ContainerRuntime for DockerRuntime {
         true
     }
 
-    fn readiness(&self, container_id: &str) -> Option<bool> {
+    fn readiness(&self, container_id: &str) -> Option<watch::Receiver<bool>> {
         let id = container_id.trim_start_matches("docker://");
-        self.inner
+        let known = self
+            .inner
             .containers
             .lock_unpoisoned()
             .get(id)
-            .map(|s| s.ready.load(Ordering::SeqCst))
-            // A container this runtime no longer knows (removed) is not ready.
-            .or(Some(false))
+            .map(|s| s.ready.subscribe());
+        // A container this runtime no longer knows (removed) is not ready, and never will be.
+        Some(known.unwrap_or_else(|| watch::channel(false).1))
     }
 
     fn pod_ip(&self, container_id: &str) -> Option<String> {
@@ -562,7 +563,7 @@ impl DockerRuntime {
         pod: &Value,
         id: &str,
         name: &str,
-        ready: Arc<AtomicBool>,
+        ready: Arc<watch::Sender<bool>>,
     ) -> Result<(), String> {
         let ns = meta::namespace_of(pod).to_string();
         let service_account = meta::str_at(pod, "/spec/serviceAccountName")
@@ -622,7 +623,7 @@ impl DockerRuntime {
         id: &str,
         ip: Option<String>,
         container: &Value,
-        ready: &Arc<AtomicBool>,
+        ready: &Arc<watch::Sender<bool>>,
     ) -> Vec<JoinHandle<()>> {
         let target = probe::Target {
             docker: self.inner.docker.clone(),
@@ -637,7 +638,9 @@ impl DockerRuntime {
                 spec.clone(),
                 ready.clone(),
             ))),
-            None => ready.store(true, Ordering::SeqCst),
+            None => {
+                ready.send_replace(true);
+            }
         }
         if let Some(spec) = container.get("livenessProbe") {
             probes.push(tokio::spawn(probe::liveness(target, spec.clone())));

@@ -13,7 +13,8 @@
 //! 4. Missing configMaps or secrets named by `env`/`envFrom` show `CreateContainerConfigError`.
 //! 5. The container starts: `running.startedAt`, `started`, `containerID`, `imageID` (the normalised
 //!    name with the manifest digest), phase `Running`, a log line. It becomes ready after `ready_delay`
-//!    plus the readiness probe's `initialDelaySeconds` scaled by `probe_scale`.
+//!    plus the readiness probe's `initialDelaySeconds` scaled by `probe_scale`; on a runtime that probes,
+//!    as soon as the probe's result changes, both ways.
 //! 6. A container that exits is restarted with a doubling back-off (`CrashLoopBackOff`, `lastState.terminated`,
 //!    `restartCount`), keeping its `imageID`.
 //! 7. A pod marked for deletion keeps its status (it may stay Ready, with its old `imageID`) for
@@ -58,9 +59,6 @@ pub use runtime::{ContainerRuntime, VirtualRuntime};
 pub use status::image_ids;
 
 use pod_workers::pod_worker;
-
-/// How often the kubelet reads the readiness of a probing runtime's containers.
-const READINESS_POLL: Duration = Duration::from_millis(250);
 
 /// The field manager of kubelet writes.
 pub const MANAGER: &str = "kubelet";
@@ -302,7 +300,10 @@ struct Container {
     created: bool,
     container_id: Option<String>,
     ready: bool,
+    /// When a container without a probing runtime becomes ready.
     ready_at: Option<Instant>,
+    /// A probing runtime's readiness of the running container.
+    readiness: Option<watch::Receiver<bool>>,
     restart_count: i64,
     pull_failures: u32,
     last_terminated: Option<Value>,

@@ -14,7 +14,7 @@ use super::lifecycle::{missing_config_reference, missing_volume_source};
 use super::reference::Reference;
 use super::runtime::{self, ContainerRuntime, PulledImage};
 use super::status::write_status;
-use super::{Container, Kubelet, MANAGER, PodRun, READINESS_POLL, Stage};
+use super::{Container, Kubelet, MANAGER, PodRun, Stage};
 use crate::meta;
 use crate::resource::GroupResource;
 use crate::store::{self, DeleteOptions};
@@ -74,8 +74,15 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
                 None => std::future::pending().await,
             }
         };
+        // Each readiness is watched through a copy that has seen what the step read.
+        let mut readiness: Vec<_> = run
+            .containers
+            .iter()
+            .filter_map(|c| c.readiness.clone())
+            .collect();
         tokio::select! {
             _ = sleep => {}
+            _ = readiness_changed(&mut readiness) => {}
             // A closed channel (the pod gone from the kubelet, or the kubelet stopping) is seen at the
             // top of the loop.
             _ = rx.changed() => {}
@@ -85,6 +92,15 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
             }
         }
     }
+}
+
+/// Resolves when one of `readiness` changes or closes; never when there is none.
+async fn readiness_changed(readiness: &mut [watch::Receiver<bool>]) {
+    if readiness.is_empty() {
+        return std::future::pending().await;
+    }
+    let changes = readiness.iter_mut().map(|r| Box::pin(r.changed()));
+    let _ = futures::future::select_all(changes).await;
 }
 
 /// The run of a pod that is starting: its IP, start time and containers, none created yet.
@@ -121,6 +137,7 @@ fn new_run<R: ContainerRuntime>(k: &Kubelet<R>, pod: &Value) -> PodRun {
                         container_id: None,
                         ready: false,
                         ready_at: None,
+                        readiness: None,
                         restart_count: 0,
                         pull_failures: 0,
                         last_terminated: None,
@@ -166,19 +183,17 @@ pub(super) async fn step<R: ContainerRuntime>(
         if let (Stage::Running { .. }, Some(at)) = (&c.stage, c.ready_at)
             && at <= now
         {
-            // A probing runtime is asked again after a short while; otherwise the delay has passed.
-            match c
-                .container_id
-                .as_deref()
-                .and_then(|id| k.runtime.readiness(id))
-            {
-                Some(ready) => {
-                    c.ready = ready;
-                    c.ready_at = Some(now + READINESS_POLL);
-                }
-                None => {
-                    c.ready = true;
-                    c.ready_at = None;
+            c.ready = true;
+            c.ready_at = None;
+        }
+        if let Some(readiness) = &mut c.readiness {
+            match readiness.has_changed() {
+                Ok(true) => c.ready = *readiness.borrow_and_update(),
+                Ok(false) => {}
+                // The runtime forgot the container: not ready, and no probe will say otherwise.
+                Err(_) => {
+                    c.ready = false;
+                    c.readiness = None;
                 }
             }
         }
@@ -430,11 +445,8 @@ fn mark_running<R: ContainerRuntime>(
         .and_then(Value::as_f64)
         .map(|s| Duration::from_secs_f64((s * cfg.probe_scale).max(0.0)))
         .unwrap_or_default();
-    let ready_in = if k.runtime.is_real() {
-        READINESS_POLL
-    } else {
-        cfg.ready_delay + probe_delay
-    };
+    let readiness = k.runtime.readiness(&id);
+    let ready_in = cfg.ready_delay + probe_delay;
     if let Some(ip) = k.runtime.pod_ip(&id) {
         run.pod_ip = ip;
     }
@@ -443,9 +455,12 @@ fn mark_running<R: ContainerRuntime>(
     c.container_id = Some(id.clone());
     c.stage = Stage::Running { started_at };
     c.next = None;
-    if ready_in.is_zero() {
+    c.ready_at = None;
+    if let Some(mut readiness) = readiness {
+        c.ready = *readiness.borrow_and_update();
+        c.readiness = Some(readiness);
+    } else if ready_in.is_zero() {
         c.ready = true;
-        c.ready_at = None;
     } else {
         c.ready = false;
         c.ready_at = Some(Instant::now() + ready_in);
@@ -482,6 +497,7 @@ pub(super) fn container_exited<R: ContainerRuntime>(
     c.waiter = None;
     c.ready = false;
     c.ready_at = None;
+    c.readiness = None;
     c.last_terminated = Some(json!({"terminated": {
         "exitCode": exit.code, "reason": exit.reason, "startedAt": started_at,
         "finishedAt": meta::now_rfc3339(), "containerID": id}}));

@@ -93,14 +93,16 @@ pub trait ContainerRuntime: Send + Sync + 'static {
     }
 
     /// Whether containers really run: the kubelet then skips its simulated termination delay, and takes
-    /// readiness and the pod IP from [`ContainerRuntime::readiness`] and [`ContainerRuntime::pod_ip`].
+    /// the pod IP from [`ContainerRuntime::pod_ip`].
     fn is_real(&self) -> bool {
         false
     }
 
-    /// The latest readiness of a started container, for runtimes that probe; `None` means "ready once
-    /// the kubelet's simulated delay has passed".
-    fn readiness(&self, _container_id: &str) -> Option<bool> {
+    /// The readiness of a started container, for runtimes that probe: its current value, changed when
+    /// the probe's result changes, so the kubelet reports it at once, as the kubelet's prober hands
+    /// each new result to its sync loop. A container the runtime no longer knows is not ready (a closed
+    /// channel). `None` means "ready once the kubelet's simulated delay has passed".
+    fn readiness(&self, _container_id: &str) -> Option<tokio::sync::watch::Receiver<bool>> {
         None
     }
 

@@ -15,12 +15,18 @@ const DEADLINE: Duration = Duration::from_secs(10);
 /// Images named `missing…` fail to pull; `private…` ones pull only as user `good`; `crash…` images carry
 /// the crash label; others resolve to DIGEST; `slow…` ones take 300 ms to start, their container
 /// existing from the start of the call. The containers it started are kept in `started`, those it
-/// stopped in `stopped`, the user of every pull (`""` for anonymous ones) in `pulled_as`.
+/// stopped in `stopped`, the user of every pull (`""` for anonymous ones) in `pulled_as`. Containers of
+/// `probing…` images are ready as `probe` says (not ready once it is taken away); others after the
+/// kubelet's delay.
 struct FakeRuntime {
     started: Arc<std::sync::Mutex<Vec<String>>>,
     stopped: Arc<std::sync::Mutex<Vec<String>>>,
     pulled_as: Arc<std::sync::Mutex<Vec<String>>>,
+    probe: Probe,
 }
+
+/// The readiness probe of `probing…` containers.
+type Probe = Arc<std::sync::Mutex<Option<watch::Sender<bool>>>>;
 
 impl ContainerRuntime for FakeRuntime {
     async fn pull(
@@ -65,6 +71,8 @@ impl ContainerRuntime for FakeRuntime {
     ) -> Result<String, String> {
         let crash = if image.labels.contains_key(runtime::CRASH_LABEL) {
             "c"
+        } else if image.image.contains("probing") {
+            "p"
         } else {
             "0"
         };
@@ -91,6 +99,17 @@ impl ContainerRuntime for FakeRuntime {
     async fn stop(&self, container_id: &str) {
         self.stopped.lock().unwrap().push(container_id.to_string());
     }
+
+    fn readiness(&self, container_id: &str) -> Option<watch::Receiver<bool>> {
+        if !container_id.starts_with("containerd://p") {
+            return None;
+        }
+        let probe = self.probe.lock().unwrap();
+        Some(match &*probe {
+            Some(probe) => probe.subscribe(),
+            None => watch::channel(false).1,
+        })
+    }
 }
 
 struct Harness {
@@ -99,6 +118,7 @@ struct Harness {
     started: Arc<std::sync::Mutex<Vec<String>>>,
     stopped: Arc<std::sync::Mutex<Vec<String>>>,
     pulled_as: Arc<std::sync::Mutex<Vec<String>>>,
+    probe: Probe,
 }
 
 impl Harness {
@@ -115,10 +135,12 @@ impl Harness {
         let started = Arc::default();
         let stopped = Arc::default();
         let pulled_as = Arc::default();
+        let probe = Arc::new(std::sync::Mutex::new(Some(watch::Sender::new(false))));
         let runtime = FakeRuntime {
             started: Arc::clone(&started),
             stopped: Arc::clone(&stopped),
             pulled_as: Arc::clone(&pulled_as),
+            probe: Arc::clone(&probe),
         };
         tokio::spawn(run_with(store.clone(), config, runtime, rx));
         Harness {
@@ -127,6 +149,7 @@ impl Harness {
             started,
             stopped,
             pulled_as,
+            probe,
         }
     }
 
@@ -306,6 +329,32 @@ async fn a_kubelet_stopping_during_a_container_start_stops_that_container() {
     until("the started container was stopped", || {
         let stopped = h.stopped.lock().unwrap();
         started().iter().all(|id| stopped.contains(id))
+    })
+    .await;
+}
+
+/// A probing runtime's readiness reaches the pod's status as soon as it changes, as the kubelet's
+/// prober hands each result to its sync loop, both ways; a container the runtime forgot is not ready.
+#[tokio::test]
+async fn a_probe_result_reaches_the_pod_status_at_once() {
+    let h = Harness::start();
+    h.create_pod("web", bound("probing:1"));
+    let running = |p: &Value| container(p).pointer("/state/running").is_some();
+    let seen = h.history_until("web", running).await;
+    assert_eq!(condition(seen.last().unwrap(), "Ready")["status"], "False");
+    for ready in [true, false, true] {
+        let flipped = tokio::time::Instant::now();
+        h.probe.lock().unwrap().as_ref().unwrap().send_replace(ready);
+        let status = if ready { "True" } else { "False" };
+        h.history_until("web", |p| condition(p, "Ready")["status"] == status)
+            .await;
+        let took = flipped.elapsed();
+        // Polling every 250 ms, as the kubelet did, averages 125 ms; a wake-up takes a few.
+        assert!(took < Duration::from_millis(100), "Ready {status} after {took:?}");
+    }
+    h.probe.lock().unwrap().take();
+    h.history_until("web", |p| {
+        condition(p, "Ready")["status"] == "False" && container(p)["ready"] == false
     })
     .await;
 }

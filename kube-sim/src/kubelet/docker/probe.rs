@@ -3,7 +3,6 @@
 //! `initialDelaySeconds`, `periodSeconds`, `timeoutSeconds`, `successThreshold` and `failureThreshold`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bollard::Docker;
@@ -12,6 +11,7 @@ use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
+use tokio::sync::watch;
 
 /// What a probe talks to.
 #[derive(Clone)]
@@ -34,8 +34,9 @@ fn count(probe: &Value, field: &str, default: u64) -> u64 {
     probe[field].as_u64().unwrap_or(default).max(1)
 }
 
-/// Keeps `ready` up to date with a readiness probe until aborted.
-pub async fn readiness(target: Target, probe: Value, ready: Arc<AtomicBool>) {
+/// Keeps `ready` up to date with a readiness probe until aborted; `ready` changes only when the result
+/// does, and its receivers are woken then.
+pub async fn readiness(target: Target, probe: Value, ready: Arc<watch::Sender<bool>>) {
     tokio::time::sleep(seconds(&probe, "initialDelaySeconds", 0.0)).await;
     let period = seconds(&probe, "periodSeconds", 10.0);
     let (successes_needed, failures_allowed) = (
@@ -43,18 +44,21 @@ pub async fn readiness(target: Target, probe: Value, ready: Arc<AtomicBool>) {
         count(&probe, "failureThreshold", 3),
     );
     let (mut successes, mut failures) = (0, 0);
+    let set = |value: bool| {
+        ready.send_if_modified(|ready| std::mem::replace(ready, value) != value);
+    };
     loop {
         if once(&target, &probe).await {
             successes += 1;
             failures = 0;
             if successes >= successes_needed {
-                ready.store(true, Ordering::SeqCst);
+                set(true);
             }
         } else {
             failures += 1;
             successes = 0;
-            if failures >= failures_allowed || !ready.load(Ordering::SeqCst) {
-                ready.store(false, Ordering::SeqCst);
+            if failures >= failures_allowed || !*ready.borrow() {
+                set(false);
             }
         }
         tokio::time::sleep(period).await;
