@@ -344,13 +344,21 @@ async fn a_probe_result_reaches_the_pod_status_at_once() {
     assert_eq!(condition(seen.last().unwrap(), "Ready")["status"], "False");
     for ready in [true, false, true] {
         let flipped = tokio::time::Instant::now();
-        h.probe.lock().unwrap().as_ref().unwrap().send_replace(ready);
+        h.probe
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .send_replace(ready);
         let status = if ready { "True" } else { "False" };
         h.history_until("web", |p| condition(p, "Ready")["status"] == status)
             .await;
         let took = flipped.elapsed();
         // Polling every 250 ms, as the kubelet did, averages 125 ms; a wake-up takes a few.
-        assert!(took < Duration::from_millis(100), "Ready {status} after {took:?}");
+        assert!(
+            took < Duration::from_millis(100),
+            "Ready {status} after {took:?}"
+        );
     }
     h.probe.lock().unwrap().take();
     h.history_until("web", |p| {
