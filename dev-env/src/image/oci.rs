@@ -178,12 +178,15 @@ pub fn layer(files: &[File]) -> (Blob, String) {
     (Blob::new(OCI_LAYER_GZIP, gzip(&tar)), diff_id)
 }
 
-/// gzip with no timestamp, no file name and a fixed OS byte.
+/// gzip with no timestamp, no file name and a fixed OS byte, at the fastest level, as ko's layers
+/// (go-containerregistry's `gzip.BestSpeed`): every push compresses its binary, and on a 1.5 MB static
+/// binary the default level took 117 ms where this takes 17, for a layer 17 % larger (788 KB against
+/// 676 KB).
 fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::GzBuilder::new()
         .mtime(0)
         .operating_system(255)
-        .write(Vec::new(), flate2::Compression::default());
+        .write(Vec::new(), flate2::Compression::fast());
     encoder
         .write_all(bytes)
         .expect("compressing into memory cannot fail");
