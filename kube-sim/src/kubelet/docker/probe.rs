@@ -12,6 +12,7 @@ use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// What a probe talks to.
 #[derive(Clone)]
@@ -36,9 +37,20 @@ fn count(probe: &Value, field: &str, default: u64) -> u64 {
 
 /// Keeps `ready` up to date with a readiness probe until aborted; `ready` changes only when the result
 /// does, and its receivers are woken then.
-pub async fn readiness(target: Target, probe: Value, ready: Arc<watch::Sender<bool>>) {
-    tokio::time::sleep(seconds(&probe, "initialDelaySeconds", 0.0)).await;
-    let period = seconds(&probe, "periodSeconds", 10.0);
+///
+/// As the kubelet's prober: the container's start triggers a probe at once, and the others come on a
+/// ticker of `periodSeconds` that started with the pod (`ticks_from`), not with the container; no probe
+/// runs before `initialDelaySeconds` after the start. So a probe that fails because the app is not
+/// listening yet is followed within a period, not a whole period later.
+pub async fn readiness(
+    target: Target,
+    probe: Value,
+    ready: Arc<watch::Sender<bool>>,
+    ticks_from: Instant,
+) {
+    let started = Instant::now();
+    let initial_delay = seconds(&probe, "initialDelaySeconds", 0.0);
+    let period = seconds(&probe, "periodSeconds", 10.0).max(Duration::from_millis(100));
     let (successes_needed, failures_allowed) = (
         count(&probe, "successThreshold", 1),
         count(&probe, "failureThreshold", 3),
@@ -48,21 +60,31 @@ pub async fn readiness(target: Target, probe: Value, ready: Arc<watch::Sender<bo
         ready.send_if_modified(|ready| std::mem::replace(ready, value) != value);
     };
     loop {
-        if once(&target, &probe).await {
-            successes += 1;
-            failures = 0;
-            if successes >= successes_needed {
-                set(true);
-            }
-        } else {
-            failures += 1;
-            successes = 0;
-            if failures >= failures_allowed || !*ready.borrow() {
-                set(false);
+        if started.elapsed() >= initial_delay {
+            if once(&target, &probe).await {
+                successes += 1;
+                failures = 0;
+                if successes >= successes_needed {
+                    set(true);
+                }
+            } else {
+                failures += 1;
+                successes = 0;
+                if failures >= failures_allowed || !*ready.borrow() {
+                    set(false);
+                }
             }
         }
-        tokio::time::sleep(period).await;
+        tokio::time::sleep_until(next_tick(ticks_from, Instant::now(), period)).await;
     }
+}
+
+/// The first tick of a ticker of `period` started at `from` that comes after `now`.
+fn next_tick(from: Instant, now: Instant, period: Duration) -> Instant {
+    let elapsed = now.saturating_duration_since(from).as_nanos();
+    let ticks = elapsed / period.as_nanos() + 1;
+    let after = period.as_nanos() * ticks;
+    from + Duration::from_nanos(u64::try_from(after).unwrap_or(u64::MAX))
 }
 
 /// Kills the container once its liveness probe fails `failureThreshold` times in a row.
@@ -235,5 +257,23 @@ async fn exec(target: &Target, cmd: Vec<String>) -> bool {
             Ok(r) => return r.exit_code == Some(0),
             Err(_) => return false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_tick_on_the_schedule_that_started_with_the_pod() {
+        let from = Instant::now();
+        let period = Duration::from_secs(1);
+        let at = |ms| from + Duration::from_millis(ms);
+        // A container that started 700 ms into the pod's life is probed again at 1 s, not at 1.7 s.
+        assert_eq!(next_tick(from, at(700), period), at(1000));
+        assert_eq!(next_tick(from, at(1000), period), at(2000));
+        assert_eq!(next_tick(from, at(2300), period), at(3000));
+        // A start before the schedule's origin (a clock read late) waits for its first tick.
+        assert_eq!(next_tick(at(500), from, period), at(1500));
     }
 }
