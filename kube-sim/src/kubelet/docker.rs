@@ -306,17 +306,6 @@ impl DockerRuntime {
     }
 }
 
-/// When the kubelet took `pod` up, from its `status.startTime` (now when it has none): a probe's ticker
-/// starts then, as the kubelet's probe workers start with the pod.
-fn pod_started(pod: &Value) -> tokio::time::Instant {
-    let now = tokio::time::Instant::now();
-    let age = meta::str_at(pod, "/status/startTime")
-        .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-        .and_then(|t| jiff::Timestamp::now().duration_since(t).try_into().ok());
-    age.and_then(|age: Duration| now.checked_sub(age))
-        .unwrap_or(now)
-}
-
 /// A message from an engine error: the daemon's own words when it sent some.
 fn engine_message(e: &bollard::errors::Error) -> String {
     match e {
@@ -348,6 +337,7 @@ impl ContainerRuntime for DockerRuntime {
         pod: &Value,
         container: &Value,
         image: &PulledImage,
+        admitted: tokio::time::Instant,
     ) -> Result<String, String> {
         let run_ref = self
             .inner
@@ -401,7 +391,7 @@ impl ContainerRuntime for DockerRuntime {
             .and_then(|c| c.network_settings?.networks)
             .and_then(|n| n.get(network)?.ip_address.clone())
             .filter(|ip| !ip.is_empty());
-        let probes = self.start_probes(&id, ip.clone(), container, &ready, pod_started(pod));
+        let probes = self.start_probes(&id, ip.clone(), container, &ready, admitted);
         if let Some(s) = self.inner.containers.lock_unpoisoned().get_mut(&id) {
             s.ip = ip;
             s.probes = probes;
@@ -635,7 +625,7 @@ impl DockerRuntime {
         ip: Option<String>,
         container: &Value,
         ready: &Arc<watch::Sender<bool>>,
-        pod_started: tokio::time::Instant,
+        admitted: tokio::time::Instant,
     ) -> Vec<JoinHandle<()>> {
         let target = probe::Target {
             docker: self.inner.docker.clone(),
@@ -649,7 +639,7 @@ impl DockerRuntime {
                 target.clone(),
                 spec.clone(),
                 ready.clone(),
-                pod_started,
+                admitted,
             ))),
             None => {
                 ready.send_replace(true);

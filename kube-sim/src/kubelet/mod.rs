@@ -324,6 +324,8 @@ struct PodRun {
     /// The address of the pod's node.
     node_ip: String,
     start_time: String,
+    /// When the worker took the pod up (`start_time`): the runtime's probes tick from then.
+    admitted: Instant,
     containers: Vec<Container>,
     restart_policy: String,
     volumes_ready: bool,

@@ -122,6 +122,7 @@ fn new_run<R: ContainerRuntime>(k: &Kubelet<R>, pod: &Value) -> PodRun {
         },
         node_ip: node.ip,
         start_time: meta::now_rfc3339(),
+        admitted: Instant::now(),
         containers: pod
             .pointer("/spec/containers")
             .and_then(Value::as_array)
@@ -302,7 +303,11 @@ pub(super) async fn start_container<R: ContainerRuntime>(
         c.next = Some(Instant::now() + cfg.backoff_base);
         return;
     }
-    let id = match k.runtime.start(pod, &run.containers[i].spec, &pulled).await {
+    let id = match k
+        .runtime
+        .start(pod, &run.containers[i].spec, &pulled, run.admitted)
+        .await
+    {
         Ok(id) => {
             let name = run.containers[i].name.clone();
             container_event(k, run, i, "Created", &format!("Created container: {name}"));

@@ -62,12 +62,14 @@ pub trait ContainerRuntime: Send + Sync + 'static {
     /// An image pulled before, for `imagePullPolicy: IfNotPresent` and `Never`.
     fn cached(&self, image: &Reference) -> Option<PulledImage>;
 
-    /// Starts a container of a pod from a pulled image; returns its ID (`containerd://<hex>`).
+    /// Starts a container of a pod from a pulled image; returns its ID (`containerd://<hex>`). The kubelet
+    /// took the pod up at `admitted`, when its probe workers start ticking.
     fn start(
         &self,
         pod: &Value,
         container: &Value,
         image: &PulledImage,
+        admitted: tokio::time::Instant,
     ) -> impl Future<Output = Result<String, String>> + Send;
 
     /// Waits for a started container to exit; never resolves for one that keeps running.
@@ -197,6 +199,7 @@ impl ContainerRuntime for VirtualRuntime {
         _pod: &Value,
         container: &Value,
         image: &PulledImage,
+        _admitted: tokio::time::Instant,
     ) -> Result<String, String> {
         let id = crate::meta::random_hex(32);
         let crash = image.labels.get(CRASH_LABEL).is_some_and(|v| v == "true")

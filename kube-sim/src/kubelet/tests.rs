@@ -68,6 +68,7 @@ impl ContainerRuntime for FakeRuntime {
         _pod: &Value,
         _container: &Value,
         image: &PulledImage,
+        _admitted: tokio::time::Instant,
     ) -> Result<String, String> {
         let crash = if image.labels.contains_key(runtime::CRASH_LABEL) {
             "c"
@@ -451,7 +452,12 @@ async fn the_crash_env_var_crashes_the_virtual_container() {
         labels: BTreeMap::new(),
     };
     let id = rt
-        .start(&json!({}), &spec["containers"][0], &image)
+        .start(
+            &json!({}),
+            &spec["containers"][0],
+            &image,
+            tokio::time::Instant::now(),
+        )
         .await
         .unwrap();
     let exit = tokio::time::timeout(DEADLINE, rt.wait(&id)).await.unwrap();
