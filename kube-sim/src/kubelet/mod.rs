@@ -87,9 +87,10 @@ pub struct Config {
     pub node_ip: String,
     /// The first three octets of pod addresses, for example `10.42.0`.
     pub pod_network: String,
-    /// From seeing a pod to its first status (`ContainerCreating`).
+    /// From seeing a pod to its first status (`ContainerCreating`), on a runtime whose containers do
+    /// not really run.
     pub start_delay: Duration,
-    /// Added to every image pull.
+    /// Added to every image pull, on a runtime whose containers do not really run.
     pub pull_delay: Duration,
     /// From a container's start to its readiness.
     pub ready_delay: Duration,

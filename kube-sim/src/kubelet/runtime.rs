@@ -94,8 +94,9 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         async { Ok(()) }
     }
 
-    /// Whether containers really run: the kubelet then skips its simulated termination delay, and takes
-    /// the pod IP from [`ContainerRuntime::pod_ip`].
+    /// Whether containers really run: the kubelet then skips its simulated start, pull and termination
+    /// delays (the engine's work takes its own time), and takes the pod IP from
+    /// [`ContainerRuntime::pod_ip`].
     fn is_real(&self) -> bool {
         false
     }

@@ -23,6 +23,8 @@ struct FakeRuntime {
     stopped: Arc<std::sync::Mutex<Vec<String>>>,
     pulled_as: Arc<std::sync::Mutex<Vec<String>>>,
     probe: Probe,
+    /// Whether it says its containers really run.
+    real: bool,
 }
 
 /// The readiness probe of `probing…` containers.
@@ -101,6 +103,10 @@ impl ContainerRuntime for FakeRuntime {
         self.stopped.lock().unwrap().push(container_id.to_string());
     }
 
+    fn is_real(&self) -> bool {
+        self.real
+    }
+
     fn readiness(&self, container_id: &str) -> Option<watch::Receiver<bool>> {
         if !container_id.starts_with("containerd://p") {
             return None;
@@ -124,10 +130,15 @@ struct Harness {
 
 impl Harness {
     fn start() -> Harness {
-        let store = Store::new(StoreConfig { history: 10_000 });
-        let (shutdown, rx) = watch::channel(false);
         let mut config = Config::fast("node-1");
         config.backoff_base = Duration::from_millis(100);
+        Harness::with(config, false)
+    }
+
+    /// A kubelet with `config` on a fake runtime whose containers `real`ly run or not.
+    fn with(config: Config, real: bool) -> Harness {
+        let store = Store::new(StoreConfig { history: 10_000 });
+        let (shutdown, rx) = watch::channel(false);
         tokio::spawn(crate::scheduler::run(
             store.clone(),
             crate::scheduler::Config::fast(),
@@ -142,6 +153,7 @@ impl Harness {
             stopped: Arc::clone(&stopped),
             pulled_as: Arc::clone(&pulled_as),
             probe: Arc::clone(&probe),
+            real,
         };
         tokio::spawn(run_with(store.clone(), config, runtime, rx));
         Harness {
@@ -336,6 +348,23 @@ async fn a_kubelet_stopping_during_a_container_start_stops_that_container() {
 
 /// A probing runtime's readiness reaches the pod's status as soon as it changes, as the kubelet's
 /// prober hands each result to its sync loop, both ways; a container the runtime forgot is not ready.
+#[tokio::test]
+async fn a_runtime_whose_containers_really_run_is_spared_the_stand_in_delays() {
+    let mut config = Config::fast("node-1");
+    config.start_delay = Duration::from_secs(20);
+    config.pull_delay = Duration::from_secs(20);
+    let h = Harness::with(config, true);
+    let started = std::time::Instant::now();
+    h.create_pod("web", bound("nginx:1"));
+    let running = |p: &Value| container(p).pointer("/state/running").is_some();
+    h.history_until("web", running).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the pod took {:?} to run",
+        started.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn a_probe_result_reaches_the_pod_status_at_once() {
     let h = Harness::start();
