@@ -41,6 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bollard::Docker;
+use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, KillContainerOptionsBuilder, ListContainersOptionsBuilder,
     RemoveContainerOptionsBuilder, StopContainerOptionsBuilder, UploadToContainerOptionsBuilder,
@@ -273,6 +274,28 @@ impl DockerRuntime {
         ids.len()
     }
 
+    /// Creates container `name`; one left by an earlier start under that name (the kubelet lost track
+    /// of it) is removed first and the create tried once more, which spares the common case a call.
+    async fn create(&self, name: &str, body: ContainerCreateBody) -> Result<String, String> {
+        let options = CreateContainerOptionsBuilder::default().name(name).build();
+        let docker = &self.inner.docker;
+        let created = match docker
+            .create_container(Some(options.clone()), body.clone())
+            .await
+        {
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409, ..
+            }) => {
+                self.remove(name).await;
+                docker.create_container(Some(options), body).await
+            }
+            created => created,
+        };
+        created
+            .map(|c| c.id)
+            .map_err(|e| format!("failed to create container {name}: {}", engine_message(&e)))
+    }
+
     /// Forgets a container (its probes and token) and removes it by force.
     async fn remove(&self, id: &str) {
         self.forget(id);
@@ -354,7 +377,6 @@ impl ContainerRuntime for DockerRuntime {
         if let Some(previous) = self.latest(uid, &container_name_in_pod) {
             self.remove(&previous).await;
         }
-        self.remove(&name).await;
         let env = environment(&self.inner.store, pod, container, self.api())?;
         let labels = container_labels(
             &self.inner.config.labels,
@@ -364,14 +386,7 @@ impl ContainerRuntime for DockerRuntime {
         );
         let network = &self.inner.config.network;
         let body = create_body(pod, container, run_ref, env, labels, network);
-        let options = CreateContainerOptionsBuilder::default().name(&name).build();
-        let created = self
-            .inner
-            .docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|e| format!("failed to create container {name}: {}", engine_message(&e)))?;
-        let id = created.id;
+        let id = self.create(&name, body).await?;
         let ready = Arc::new(watch::Sender::new(false));
         self.install_service_account(pod, &id, &name, ready.clone())
             .await?;
