@@ -337,21 +337,17 @@ async fn push_cargo(
         digest: image.manifest.digest.clone(),
         ..Upload::default()
     };
-    for blob in image.blobs() {
-        let present = registry
-            .blob_exists(repo, &blob.digest)
-            .await
-            .map_err(|e| target.push_error(e))?;
-        if present {
-            upload.skipped_blobs += 1;
-            continue;
+    // The blobs go up side by side: each is a round trip or three to the registry.
+    let sent =
+        futures::future::try_join_all(image.blobs().map(|blob| send_blob(target, blob))).await?;
+    for bytes in sent {
+        match bytes {
+            Some(n) => {
+                upload.uploaded_blobs += 1;
+                upload.uploaded_bytes += n;
+            }
+            None => upload.skipped_blobs += 1,
         }
-        registry
-            .upload_blob(repo, &blob.digest, blob.bytes.clone())
-            .await
-            .map_err(|e| target.push_error(e))?;
-        upload.uploaded_blobs += 1;
-        upload.uploaded_bytes += blob.bytes.len() as u64;
     }
     let unchanged = before.is_some_and(|m| oci::sha256_digest(&m.bytes) == upload.digest);
     if !unchanged {
@@ -364,6 +360,23 @@ async fn push_cargo(
     }
     verify(registry, target.component, repo, &upload.digest).await?;
     Ok(upload)
+}
+
+/// Uploads `blob` unless the registry has it: the bytes sent, or `None`.
+async fn send_blob(target: &Target<'_>, blob: &oci::Blob) -> Result<Option<u64>, Error> {
+    let (registry, repo) = (target.registry, target.repo);
+    let present = registry
+        .blob_exists(repo, &blob.digest)
+        .await
+        .map_err(|e| target.push_error(e))?;
+    if present {
+        return Ok(None);
+    }
+    registry
+        .upload_blob(repo, &blob.digest, blob.bytes.clone())
+        .await
+        .map_err(|e| target.push_error(e))?;
+    Ok(Some(blob.bytes.len() as u64))
 }
 
 /// The binary a Dockerfile copies, and the workspace it is built in.
