@@ -2,8 +2,8 @@
 //! owner named in an object's `ownerReferences` is gone (no object with that name and `uid`), the object
 //! is deleted; references to some owners that are gone while others remain are removed.
 //!
-//! It watches every served resource, custom resources included, keeps an index from owner `uid` to
-//! dependents, and checks a dependent against the store (never against the index alone) before acting.
+//! It watches every served resource but Events (see [`ignored`]), custom resources included, keeps an
+//! index from owner `uid` to dependents, and checks a dependent against the store (never against the index alone) before acting.
 //! Deleting a ReplicaSet thus deletes its pods (gracefully), a Deployment its ReplicaSets, and a custom
 //! resource the Deployments it owns.
 //!
@@ -110,6 +110,7 @@ fn discover(
         .resources()
         .iter()
         .map(|r| r.group_resource())
+        .filter(|gr| !ignored(gr))
         .collect();
     watched.retain(|gr, task| {
         let keep = served.contains(gr);
@@ -130,6 +131,13 @@ fn discover(
         ));
         watched.insert(gr, task);
     }
+}
+
+/// Whether the collector leaves `gr` alone, as kube-controller-manager's does by default
+/// (`garbagecollector.DefaultIgnoredResources`): Events, in either API group. They come by the thousand
+/// and own nothing; an Event's `ownerReferences` are not acted on.
+fn ignored(gr: &GroupResource) -> bool {
+    gr.resource == "events" && (gr.group.is_empty() || gr.group == "events.k8s.io")
 }
 
 /// Follows one resource into the collector's inbox; an expired watch is listed again, and what vanished

@@ -91,3 +91,47 @@ async fn deleting_a_custom_resource_collects_its_deployment_replica_sets_and_pod
     assert_eq!(count(&store, &GroupResource::deployments()), 0);
     assert_eq!(count(&store, &GroupResource::replicasets()), 0);
 }
+
+#[tokio::test]
+async fn events_are_left_alone_as_kube_controller_manager_leaves_them() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Event};
+    let sim = crate::start().await;
+    let client = sim.client().await.unwrap();
+    let (cms, events) = (
+        Api::<ConfigMap>::namespaced(client.clone(), "default"),
+        Api::<Event>::namespaced(client, "default"),
+    );
+    let owner: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "owner"}})).unwrap();
+    let uid = cms
+        .create(&PostParams::default(), &owner)
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let owned = json!({"name": "owned", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": uid}]});
+    let dependent: ConfigMap = serde_json::from_value(json!({"metadata": owned})).unwrap();
+    cms.create(&PostParams::default(), &dependent)
+        .await
+        .unwrap();
+    let event: Event = serde_json::from_value(json!({"metadata": owned, "reason": "Tested",
+        "involvedObject": {"kind": "ConfigMap", "name": "owner", "namespace": "default"}}))
+    .unwrap();
+    events.create(&PostParams::default(), &event).await.unwrap();
+    cms.delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    // The ConfigMap that the owner owned goes; the Event it owned stays.
+    let gone = tokio::time::timeout(DEADLINE, async {
+        while cms.get_opt("owned").await.unwrap().is_some() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "the dependent ConfigMap was not collected");
+    // A collector that followed Events would have taken this one within its delay (20 ms) too.
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    let kept = events.get("owned").await.unwrap();
+    assert_eq!(kept.metadata.owner_references.unwrap()[0].uid, uid);
+}
