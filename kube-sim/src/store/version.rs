@@ -1,10 +1,17 @@
 //! One version of an object as the watch history keeps it: shared with the store while it is the stored
 //! object, and once replaced (or deleted) as its serialized JSON, about a tenth of its size as a `Value`.
 //! A replaced version is read again only by a watcher that has not caught up yet, or by a snapshot.
+//!
+//! What is kept as JSON comes and goes in bursts that expire together (a rollout's Events, the versions
+//! its pods went through), while pods, nodes and the store's tables live on. Each frozen version's bytes
+//! are therefore written into shared blocks ([`blocks`]), one after another, rather than allocated among
+//! the long-lived objects: a block is freed with the last version in it, so once a burst expires its
+//! blocks go back to the system whole instead of leaving pages that a few long-lived objects pin.
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, Weak};
 
+use bytes::Bytes;
 use serde_json::Value;
 
 use crate::lock::MutexExt as _;
@@ -23,9 +30,14 @@ pub(super) enum Version {
 /// A version kept as JSON, with what selectors read of it.
 #[derive(Debug)]
 pub(super) struct Frozen {
-    json: Box<[u8]>,
+    /// The JSON, then the labels and the selectable fields ([`Packed`]), in a block shared with other
+    /// frozen versions.
+    bytes: Bytes,
+    /// Where the JSON ends in `bytes`.
+    json_end: u32,
     /// What selectors read of the object, so watchers filter without parsing the JSON.
-    selectable: Selected,
+    labels: Packed,
+    fields: Packed,
     /// The parsed object while some consumer holds it, so the watchers that read a version at about
     /// the same time parse it once.
     parsed: Mutex<Weak<Value>>,
@@ -52,12 +64,28 @@ const STORE_READS: [&str; 5] = [
 impl Version {
     /// Freezes `object`, a version of a `gr` object.
     pub(super) fn freeze(gr: &GroupResource, object: &Value) -> Arc<Frozen> {
-        let json = serde_json::to_vec(object)
-            .unwrap_or_default()
-            .into_boxed_slice();
+        let mut bytes = serde_json::to_vec(object).unwrap_or_default();
+        let json_end = offset(bytes.len());
+        let labels = object
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?.to_string())));
+        let labels = Packed::write(&mut bytes, labels);
+        let mut read = selector::supported_fields(&gr.group, &gr.resource);
+        if keeps_json(gr) {
+            read.extend(STORE_READS);
+        }
+        let fields = read
+            .into_iter()
+            .filter_map(|f| Some((f, object.field(f)?.to_string())));
+        let fields = Packed::write(&mut bytes, fields);
         Arc::new(Frozen {
-            json,
-            selectable: selectable(gr, object),
+            bytes: blocks::write(gr, &bytes),
+            json_end,
+            labels,
+            fields,
             parsed: Mutex::new(Weak::new()),
         })
     }
@@ -82,7 +110,7 @@ impl Version {
     pub(super) fn selectable(&self) -> &dyn Selectable {
         match self {
             Version::Live(o) => &**o,
-            Version::Frozen(f) => &f.selectable,
+            Version::Frozen(f) => &**f,
         }
     }
 
@@ -103,57 +131,80 @@ impl Frozen {
             return v;
         }
         // The JSON was written by `serde_json` from a `Value`, so it parses back to the same `Value`.
-        let v = Arc::new(serde_json::from_slice(&self.json).unwrap_or(Value::Null));
+        let json = &self.bytes[..self.json_end as usize];
+        let v = Arc::new(serde_json::from_slice(json).unwrap_or(Value::Null));
         *parsed = Arc::downgrade(&v);
         v
     }
 }
 
-/// The labels of an object and the fields its resource supports in field selectors, each packed into
-/// one string: two allocations per kept version instead of two per label and one per field, which for an
-/// Event (fifteen selectable fields) halves what it costs besides its JSON.
-#[derive(Debug)]
-struct Selected {
-    /// Label keys and values.
-    labels: Packed,
-    /// Field paths, and their values as JSON.
-    fields: Packed,
+impl Selectable for Frozen {
+    fn label(&self, key: &str) -> Option<&str> {
+        self.labels.get(&self.bytes, key)
+    }
+
+    fn field(&self, path: &str) -> Option<Cow<'_, Value>> {
+        // Written by `serde_json` from a `Value`, so it parses back.
+        let json = self.fields.get(&self.bytes, path)?;
+        Some(Cow::Owned(
+            serde_json::from_str(json).unwrap_or(Value::Null),
+        ))
+    }
 }
 
-/// Names and values one after another in one string, with where each name and each value ends.
-#[derive(Debug)]
+/// Offsets fit in `u32`: a kept version is far below 4 GiB.
+fn offset(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// Names and values one after another, then where each name and each value ends (two little-endian
+/// `u32`s per entry, counted from `start`): two ranges of a frozen version's bytes instead of an
+/// allocation per label and per field.
+#[derive(Debug, Clone, Copy)]
 struct Packed {
-    text: Box<str>,
-    ends: Box<[(u32, u32)]>,
+    start: u32,
+    /// Where the names and values end and their ends begin.
+    text_end: u32,
+    end: u32,
 }
 
 impl Packed {
-    fn new<'a>(entries: impl IntoIterator<Item = (&'a str, String)>) -> Packed {
-        let mut text = String::new();
+    /// Appends `entries` to `bytes`.
+    fn write<'a>(
+        bytes: &mut Vec<u8>,
+        entries: impl IntoIterator<Item = (&'a str, String)>,
+    ) -> Packed {
+        let start = bytes.len();
         let mut ends = Vec::new();
         for (name, value) in entries {
-            text.push_str(name);
-            let name_end = text.len();
-            text.push_str(&value);
-            // Offsets fit in `u32`: a kept version's selectable values are far below 4 GiB.
-            ends.push((
-                u32::try_from(name_end).unwrap_or(u32::MAX),
-                u32::try_from(text.len()).unwrap_or(u32::MAX),
-            ));
+            bytes.extend_from_slice(name.as_bytes());
+            let name_end = offset(bytes.len() - start);
+            bytes.extend_from_slice(value.as_bytes());
+            ends.push((name_end, offset(bytes.len() - start)));
+        }
+        let text_end = bytes.len();
+        for (name_end, value_end) in ends {
+            bytes.extend_from_slice(&name_end.to_le_bytes());
+            bytes.extend_from_slice(&value_end.to_le_bytes());
         }
         Packed {
-            text: text.into_boxed_str(),
-            ends: ends.into_boxed_slice(),
+            start: offset(start),
+            text_end: offset(text_end),
+            end: offset(bytes.len()),
         }
     }
 
-    /// The value stored under `name`.
-    fn get(&self, name: &str) -> Option<&str> {
+    /// The value stored under `name` in `bytes`.
+    fn get<'a>(&self, bytes: &'a [u8], name: &str) -> Option<&'a str> {
+        let text = bytes.get(self.start as usize..self.text_end as usize)?;
+        let ends = bytes.get(self.text_end as usize..self.end as usize)?;
         let mut start = 0;
-        for &(name_end, value_end) in &self.ends {
-            let (name_end, value_end) = (name_end as usize, value_end as usize);
-            if self.text.get(start..name_end) == Some(name) {
-                return self.text.get(name_end..value_end);
+        for entry in ends.chunks_exact(8) {
+            let at =
+                |i: usize| u32::from_le_bytes([entry[i], entry[i + 1], entry[i + 2], entry[i + 3]]);
+            let (name_end, value_end) = (at(0) as usize, at(4) as usize);
+            if text.get(start..name_end) == Some(name.as_bytes()) {
+                return std::str::from_utf8(text.get(name_end..value_end)?).ok();
             }
             start = value_end;
         }
@@ -161,38 +212,43 @@ impl Packed {
     }
 }
 
-impl Selectable for Selected {
-    fn label(&self, key: &str) -> Option<&str> {
-        self.labels.get(key)
-    }
+/// The blocks frozen versions are written into, one series per resource: a resource's versions leave
+/// the history in the order they came (Events expire in the order of their last writes), but a pod's
+/// version stays seconds while a Deployment's stays the whole window, and a block is freed only with the
+/// last version in it.
+mod blocks {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex};
 
-    fn field(&self, path: &str) -> Option<Cow<'_, Value>> {
-        // Written by `serde_json` from a `Value`, so it parses back.
-        let json = self.fields.get(path)?;
-        Some(Cow::Owned(
-            serde_json::from_str(json).unwrap_or(Value::Null),
-        ))
-    }
-}
+    use bytes::{Bytes, BytesMut};
 
-/// What label and field selectors read of `object`, a `gr` object.
-fn selectable(gr: &GroupResource, object: &Value) -> Selected {
-    let labels = object
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?.to_string())));
-    let mut read = selector::supported_fields(&gr.group, &gr.resource);
-    if keeps_json(gr) {
-        read.extend(STORE_READS);
-    }
-    let fields = read
-        .into_iter()
-        .filter_map(|f| Some((f, object.field(f)?.to_string())));
-    Selected {
-        labels: Packed::new(labels),
-        fields: Packed::new(fields),
+    use crate::lock::MutexExt as _;
+    use crate::resource::GroupResource;
+
+    /// How big a block is: about ten Events, three pods.
+    pub(super) const BLOCK: usize = 16 * 1024;
+
+    /// Each resource's block being filled: its unwritten rest.
+    static FILLING: LazyLock<Mutex<HashMap<GroupResource, BytesMut>>> =
+        LazyLock::new(Mutex::default);
+
+    /// A copy of `data`, a version of a `gr` object, in `gr`'s block being filled (a new one when it
+    /// has no room); data bigger than half a block gets an allocation of its own.
+    pub(super) fn write(gr: &GroupResource, data: &[u8]) -> Bytes {
+        if data.len() > BLOCK / 2 {
+            return Bytes::copy_from_slice(data);
+        }
+        let mut filling = FILLING.lock_unpoisoned();
+        let block = match filling.get_mut(gr) {
+            Some(block) => block,
+            None => filling.entry(gr.clone()).or_default(),
+        };
+        if block.capacity() < data.len() {
+            *block = BytesMut::with_capacity(BLOCK);
+        }
+        block.extend_from_slice(data);
+        // The written part leaves with the block's count of users; the rest stays for the next one.
+        block.split().freeze()
     }
 }
 
@@ -266,6 +322,35 @@ mod tests {
             assert_eq!(f.matches(kept), matches, "{fields}");
             assert_eq!(f.matches(&event), matches, "{fields} on the object");
         }
+    }
+
+    #[test]
+    fn frozen_versions_share_blocks_and_big_ones_have_their_own() {
+        let pods = GroupResource::pods();
+        let pod = |name: &str| json!({"metadata": {"name": name, "labels": {"app": name}}});
+        let (a, b) = (
+            Version::freeze(&pods, &pod("a")),
+            Version::freeze(&pods, &pod("b")),
+        );
+        // One after the other in the same block.
+        let a_end = a.bytes.as_ptr_range().end;
+        assert_eq!(a_end, b.bytes.as_ptr());
+        assert_eq!(*a.value(), pod("a"));
+        assert_eq!(b.label("app"), Some("b"));
+        // Freeing the first leaves the second readable: the block lives while any version in it does.
+        drop(a);
+        assert_eq!(*b.value(), pod("b"));
+        // Another resource's versions fill blocks of their own.
+        let events = GroupResource::events();
+        let event = Version::freeze(&events, &json!({"metadata": {"name": "e"}}));
+        let c = Version::freeze(&pods, &pod("c"));
+        assert_eq!(b.bytes.as_ptr_range().end, c.bytes.as_ptr());
+        assert_ne!(b.bytes.as_ptr_range().end, event.bytes.as_ptr());
+        let big = json!({"metadata": {"name": "big"}, "data": {"x": "y".repeat(blocks::BLOCK)}});
+        let frozen = Version::freeze(&pods, &big);
+        assert_eq!(*frozen.value(), big);
+        let d = Version::freeze(&pods, &pod("d"));
+        assert_eq!(c.bytes.as_ptr_range().end, d.bytes.as_ptr());
     }
 
     #[test]
