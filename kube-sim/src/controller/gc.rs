@@ -3,7 +3,8 @@
 //! is deleted; references to some owners that are gone while others remain are removed.
 //!
 //! It watches every served resource but Events (see [`ignored`]), custom resources included, keeps an
-//! index from owner `uid` to dependents, and checks a dependent against the store (never against the index alone) before acting.
+//! index from owner `uid` to dependents, and checks a dependent against the store (never against the
+//! index alone) before acting.
 //! Deleting a ReplicaSet thus deletes its pods (gracefully), a Deployment its ReplicaSets, and a custom
 //! resource the Deployments it owns.
 //!

@@ -166,6 +166,17 @@ struct Kubelet<R> {
     pulls: tokio::sync::Mutex<()>,
 }
 
+impl<R: ContainerRuntime> Kubelet<R> {
+    /// Waits `delay`, one of the stand-in delays that give a runtime whose containers take no time of
+    /// their own the pace of a real one; a runtime whose containers really run takes its own time, so
+    /// none is added to it.
+    async fn stand_in(&self, delay: Duration) {
+        if !self.runtime.is_real() {
+            tokio::time::sleep(delay).await;
+        }
+    }
+}
+
 /// Runs the kubelet with a given runtime until `shutdown` flips.
 pub async fn run_with<R: ContainerRuntime>(
     store: Store,

@@ -28,13 +28,8 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
     mut rx: watch::Receiver<Arc<Value>>,
 ) {
     rx.borrow_and_update();
-    // A runtime whose containers really run takes its own time; the stand-in delay only added to it.
-    let start_delay = match k.runtime.is_real() {
-        true => Duration::ZERO,
-        false => k.config.start_delay,
-    };
     tokio::select! {
-        _ = tokio::time::sleep(start_delay) => {}
+        _ = k.stand_in(k.config.start_delay) => {}
         _ = wait_for_deletion(&mut rx) => {}
     }
     let pod = rx.borrow().clone();
@@ -394,9 +389,7 @@ async fn fetch<R: ContainerRuntime>(
     let image = run.containers[i].image().to_string();
     container_event(k, run, i, "Pulling", &format!("Pulling image \"{image}\""));
     let started = Instant::now();
-    if !k.runtime.is_real() {
-        tokio::time::sleep(cfg.pull_delay).await;
-    }
+    k.stand_in(cfg.pull_delay).await;
     let pulled = match keyring::Keyring::from_secrets(secrets) {
         Ok(keyring) => {
             let credentials = keyring.lookup(&reference.name());
@@ -689,9 +682,7 @@ pub(super) async fn terminate<R: ContainerRuntime>(
     let hooks = pre_stop_all(k, pod, containers, grace).await;
     let left = grace.saturating_sub(started.elapsed());
     // Real containers take their grace period in the stop itself.
-    if !k.runtime.is_real() {
-        tokio::time::sleep(k.config.termination_delay.min(left)).await;
-    }
+    k.stand_in(k.config.termination_delay.min(left)).await;
     let stop_within = if hooks > 0 {
         left.max(MINIMUM_GRACE)
     } else {

@@ -346,8 +346,7 @@ async fn a_kubelet_stopping_during_a_container_start_stops_that_container() {
     .await;
 }
 
-/// A probing runtime's readiness reaches the pod's status as soon as it changes, as the kubelet's
-/// prober hands each result to its sync loop, both ways; a container the runtime forgot is not ready.
+/// On a runtime whose containers really run, the kubelet adds none of its stand-in delays.
 #[tokio::test]
 async fn a_runtime_whose_containers_really_run_is_spared_the_stand_in_delays() {
     let mut config = Config::fast("node-1");
@@ -365,6 +364,8 @@ async fn a_runtime_whose_containers_really_run_is_spared_the_stand_in_delays() {
     );
 }
 
+/// A probing runtime's readiness reaches the pod's status as soon as it changes, as the kubelet's
+/// prober hands each result to its sync loop, both ways; a container the runtime forgot is not ready.
 #[tokio::test]
 async fn a_probe_result_reaches_the_pod_status_at_once() {
     let h = Harness::start();

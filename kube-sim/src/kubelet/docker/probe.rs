@@ -39,9 +39,9 @@ fn count(probe: &Value, field: &str, default: u64) -> u64 {
 /// does, and its receivers are woken then.
 ///
 /// As the kubelet's prober: the container's start triggers a probe at once, and the others come on a
-/// ticker of `periodSeconds` that started when the kubelet took the pod up (`ticks_from`), not with the container; no probe
-/// runs before `initialDelaySeconds` after the start. So a probe that fails because the app is not
-/// listening yet is followed within a period, not a whole period later.
+/// ticker of `periodSeconds` that started when the kubelet took the pod up (`ticks_from`), not with the
+/// container; no probe runs before `initialDelaySeconds` after the start. So a probe that fails because
+/// the app is not listening yet is followed within a period, not a whole period later.
 pub async fn readiness(
     target: Target,
     probe: Value,
