@@ -406,7 +406,8 @@ impl ContainerRuntime for DockerRuntime {
             .and_then(|c| c.network_settings?.networks)
             .and_then(|n| n.get(network)?.ip_address.clone())
             .filter(|ip| !ip.is_empty());
-        let probes = self.start_probes(&id, ip.clone(), container, &ready, admitted);
+        let events = probe::Recorder::new(self.inner.store.clone(), pod, &container_name_in_pod);
+        let probes = self.start_probes(&id, ip.clone(), container, &ready, admitted, events);
         if let Some(s) = self.inner.containers.lock_unpoisoned().get_mut(&id) {
             s.ip = ip;
             s.probes = probes;
@@ -641,6 +642,7 @@ impl DockerRuntime {
         container: &Value,
         ready: &Arc<watch::Sender<bool>>,
         admitted: tokio::time::Instant,
+        events: probe::Recorder,
     ) -> Vec<JoinHandle<()>> {
         let target = probe::Target {
             docker: self.inner.docker.clone(),
@@ -655,13 +657,14 @@ impl DockerRuntime {
                 spec.clone(),
                 ready.clone(),
                 admitted,
+                events.clone(),
             ))),
             None => {
                 ready.send_replace(true);
             }
         }
         if let Some(spec) = container.get("livenessProbe") {
-            probes.push(tokio::spawn(probe::liveness(target, spec.clone())));
+            probes.push(tokio::spawn(probe::liveness(target, spec.clone(), events)));
         }
         probes
     }

@@ -15,6 +15,7 @@ mod oci;
 mod openapi;
 mod ownership;
 mod private_registry;
+mod probes;
 mod protobuf;
 mod rbac;
 mod rollout;

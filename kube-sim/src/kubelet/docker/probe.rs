@@ -1,18 +1,28 @@
 //! Readiness and liveness probes against real containers: `httpGet` and `tcpSocket` to the container's
 //! address on the pod network, `exec` through the engine. Timing follows the probe's
 //! `initialDelaySeconds`, `periodSeconds`, `timeoutSeconds`, `successThreshold` and `failureThreshold`.
+//!
+//! As the kubelet's prober, every failed probe is recorded as a `Warning` Event `Unhealthy` on the
+//! container (`Readiness probe failed: <output>`), its output worded as the kubelet's probers word it:
+//! Go's dial errors (`dial tcp 10.0.0.5:8080: connect: connection refused`), `HTTP probe failed with
+//! statuscode: 503`, or what an `exec` command printed. A container killed for its liveness probe gets
+//! the kubelet's `Killing` Event.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::exec::{CreateExecOptions, StartExecOptions};
+use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
 use bytes::Bytes;
+use futures::StreamExt as _;
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::time::Instant;
+
+use crate::meta;
+use crate::store::Store;
 
 /// What a probe talks to.
 #[derive(Clone)]
@@ -25,6 +35,51 @@ pub struct Target {
     pub ip: Option<String>,
     /// The container's spec, for named ports.
     pub container: Value,
+}
+
+/// Records the Events of one pod container's probes, as the kubelet's recorder does.
+#[derive(Clone)]
+pub struct Recorder {
+    store: Store,
+    /// The pod, with the container's `fieldPath`.
+    involved: Value,
+    container: String,
+}
+
+impl Recorder {
+    /// Events about `container` of `pod`.
+    pub fn new(store: Store, pod: &Value, container: &str) -> Recorder {
+        let involved = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": meta::name_of(pod), "namespace": meta::namespace_of(pod),
+                "uid": meta::str_at(pod, "/metadata/uid").unwrap_or("")},
+            "fieldPath": format!("spec.containers{{{container}}}")});
+        Recorder {
+            store,
+            involved,
+            container: container.to_string(),
+        }
+    }
+
+    fn record(&self, event_type: &str, reason: &str, message: &str) {
+        crate::controller::record_event(
+            &self.store,
+            &self.involved,
+            super::super::MANAGER,
+            event_type,
+            reason,
+            message,
+        );
+    }
+
+    /// A failed probe: `Unhealthy`, `<Kind> probe failed: <output>`.
+    fn failed(&self, kind: &str, output: &str) {
+        tracing::debug!(container = %self.container, %output, "{kind} probe failed");
+        self.record(
+            "Warning",
+            "Unhealthy",
+            &format!("{kind} probe failed: {output}"),
+        );
+    }
 }
 
 fn seconds(probe: &Value, field: &str, default: f64) -> Duration {
@@ -47,6 +102,7 @@ pub async fn readiness(
     probe: Value,
     ready: Arc<watch::Sender<bool>>,
     ticks_from: Instant,
+    events: Recorder,
 ) {
     let started = Instant::now();
     let initial_delay = seconds(&probe, "initialDelaySeconds", 0.0);
@@ -61,17 +117,18 @@ pub async fn readiness(
     };
     loop {
         if started.elapsed() >= initial_delay {
-            if once(&target, &probe).await {
-                successes += 1;
-                failures = 0;
-                if successes >= successes_needed {
-                    set(true);
-                }
-            } else {
+            if let Err(output) = once(&target, &probe).await {
+                events.failed("Readiness", &output);
                 failures += 1;
                 successes = 0;
                 if failures >= failures_allowed || !*ready.borrow() {
                     set(false);
+                }
+            } else {
+                successes += 1;
+                failures = 0;
+                if successes >= successes_needed {
+                    set(true);
                 }
             }
         }
@@ -88,34 +145,40 @@ fn next_tick(from: Instant, now: Instant, period: Duration) -> Instant {
 }
 
 /// Kills the container once its liveness probe fails `failureThreshold` times in a row.
-pub async fn liveness(target: Target, probe: Value) {
+pub async fn liveness(target: Target, probe: Value, events: Recorder) {
     tokio::time::sleep(seconds(&probe, "initialDelaySeconds", 0.0)).await;
     let period = seconds(&probe, "periodSeconds", 10.0);
     let failures_allowed = count(&probe, "failureThreshold", 3);
     let mut failures = 0;
     loop {
-        if once(&target, &probe).await {
-            failures = 0;
-        } else {
-            failures += 1;
-            if failures >= failures_allowed {
-                tracing::info!(container = %target.container_id, "liveness probe failed; killing the container");
-                super::DockerRuntime::kill(&target.docker, &target.container_id).await;
-                return;
+        match once(&target, &probe).await {
+            Ok(()) => failures = 0,
+            Err(output) => {
+                events.failed("Liveness", &output);
+                failures += 1;
             }
+        }
+        if failures >= failures_allowed {
+            tracing::info!(container = %target.container_id, "liveness probe failed; killing the container");
+            let message = format!(
+                "Container {} failed liveness probe, will be restarted",
+                events.container
+            );
+            events.record("Normal", "Killing", &message);
+            super::DockerRuntime::kill(&target.docker, &target.container_id).await;
+            return;
         }
         tokio::time::sleep(period).await;
     }
 }
 
-/// Runs a probe once within its `timeoutSeconds`.
 /// Runs a lifecycle hook's handler (`exec` or `httpGet`) against the container, as the kubelet runs
 /// `preStop`; `Err` says what failed, worded like the kubelet's hook errors.
 pub async fn hook(target: &Target, handler: &Value) -> Result<(), String> {
     if handler.get("tcpSocket").is_some() {
         return Err("TCPSocket is not supported as a lifecycle handler".to_string());
     }
-    if attempt(target, handler).await {
+    if attempt(target, handler).await.is_ok() {
         return Ok(());
     }
     Err(match handler.pointer("/exec/command") {
@@ -130,39 +193,70 @@ pub async fn hook(target: &Target, handler: &Value) -> Result<(), String> {
     })
 }
 
-async fn once(target: &Target, probe: &Value) -> bool {
+/// Runs a probe once within its `timeoutSeconds`; `Err` is the failure's output.
+async fn once(target: &Target, probe: &Value) -> Result<(), String> {
     let timeout = seconds(probe, "timeoutSeconds", 1.0).max(Duration::from_millis(100));
-    tokio::time::timeout(timeout, attempt(target, probe))
-        .await
-        .unwrap_or(false)
+    match tokio::time::timeout(timeout, attempt(target, probe)).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(timed_out(target, probe)),
+    }
 }
 
-async fn attempt(target: &Target, probe: &Value) -> bool {
+/// Where an `httpGet` or `tcpSocket` probe connects: its `host`, else the pod's address.
+fn address(target: &Target, action: &Value) -> Result<(String, u16), String> {
+    let port = port(target, &action["port"])
+        .ok_or_else(|| format!("unknown port {} of the container", action["port"]))?;
+    let host = action["host"]
+        .as_str()
+        .map(str::to_string)
+        .or_else(|| target.ip.clone())
+        .ok_or("the pod has no IP address yet")?;
+    Ok((host, port))
+}
+
+/// The URL an `httpGet` probe asks for, as Go prints it.
+fn url(host: &str, port: u16, http: &Value) -> String {
+    let scheme = http["scheme"].as_str().unwrap_or("HTTP").to_lowercase();
+    let path = http["path"].as_str().unwrap_or("");
+    let slash = if path.starts_with('/') { "" } else { "/" };
+    format!("{scheme}://{host}:{port}{slash}{path}")
+}
+
+/// The output of a probe that ran out of `timeoutSeconds`, as the kubelet words it.
+fn timed_out(target: &Target, probe: &Value) -> String {
     if let Some(http) = probe.get("httpGet") {
-        let Some(port) = port(target, &http["port"]) else {
-            return false;
+        return match address(target, http) {
+            Ok((host, port)) => format!(
+                "Get \"{}\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)",
+                url(&host, port, http)
+            ),
+            Err(e) => e,
         };
-        let host = http["host"]
-            .as_str()
-            .map(str::to_string)
-            .or_else(|| target.ip.clone());
-        let Some(host) = host else { return false };
-        let path = http["path"].as_str().unwrap_or("/");
-        return http_get(&host, port, path, &http["httpHeaders"]).await;
     }
     if let Some(tcp) = probe.get("tcpSocket") {
-        let (Some(port), Some(host)) = (
-            port(target, &tcp["port"]),
-            tcp["host"]
-                .as_str()
-                .map(str::to_string)
-                .or_else(|| target.ip.clone()),
-        ) else {
-            return false;
+        return match address(target, tcp) {
+            Ok((host, port)) => format!("dial tcp {host}:{port}: i/o timeout"),
+            Err(e) => e,
         };
-        return tokio::net::TcpStream::connect((host.as_str(), port))
+    }
+    format!("command {:?} timed out", command_line(probe))
+}
+
+async fn attempt(target: &Target, probe: &Value) -> Result<(), String> {
+    if let Some(http) = probe.get("httpGet") {
+        let (host, port) = address(target, http)?;
+        let path = http["path"].as_str().unwrap_or("/");
+        let status = http_get(&host, port, path, &http["httpHeaders"])
             .await
-            .is_ok();
+            .map_err(|e| format!("Get \"{}\": {e}", url(&host, port, http)))?;
+        if (200..400).contains(&status) {
+            return Ok(());
+        }
+        return Err(format!("HTTP probe failed with statuscode: {status}"));
+    }
+    if let Some(tcp) = probe.get("tcpSocket") {
+        let (host, port) = address(target, tcp)?;
+        return dial(&host, port).await.map(drop);
     }
     if let Some(command) = probe.pointer("/exec/command").and_then(Value::as_array) {
         let cmd: Vec<String> = command
@@ -172,7 +266,43 @@ async fn attempt(target: &Target, probe: &Value) -> bool {
         return exec(target, cmd).await;
     }
     // gRPC probes are not run; they count as passing.
-    true
+    Ok(())
+}
+
+/// An `exec` probe's command as one line, the way the kubelet quotes it.
+fn command_line(probe: &Value) -> String {
+    probe
+        .pointer("/exec/command")
+        .and_then(Value::as_array)
+        .map(|c| {
+            c.iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// A TCP connection, or Go's wording of why there is none: `dial tcp 10.0.0.5:8080: connect:
+/// connection refused`.
+async fn dial(host: &str, port: u16) -> Result<tokio::net::TcpStream, String> {
+    tokio::net::TcpStream::connect((host, port))
+        .await
+        .map_err(|e| format!("dial tcp {host}:{port}: connect: {}", os_error(&e)))
+}
+
+/// An OS error as Go prints it: the C library's text in lower case, without Rust's `(os error N)`.
+fn os_error(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.find(" (os error") {
+        Some(at) => &text[..at],
+        None => text.as_str(),
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text.to_string(),
+    }
 }
 
 /// A port number, or the number of a named container port.
@@ -192,15 +322,13 @@ fn port(target: &Target, port: &Value) -> Option<u16> {
         .and_then(|n| u16::try_from(n).ok())
 }
 
-async fn http_get(host: &str, port: u16, path: &str, headers: &Value) -> bool {
-    let Ok(stream) = tokio::net::TcpStream::connect((host, port)).await else {
-        return false;
-    };
-    let Ok((mut sender, conn)) =
-        hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream)).await
-    else {
-        return false;
-    };
+/// Asks for `path`: the answer's status, or why there is none.
+async fn http_get(host: &str, port: u16, path: &str, headers: &Value) -> Result<u16, String> {
+    let stream = dial(host, port).await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake::<_, Empty<Bytes>>(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
@@ -214,50 +342,49 @@ async fn http_get(host: &str, port: u16, path: &str, headers: &Value) -> bool {
             }
         }
     }
-    let Ok(req) = req.body(Empty::new()) else {
-        return false;
-    };
-    match sender.send_request(req).await {
-        Ok(resp) => (200..400).contains(&resp.status().as_u16()),
-        Err(_) => false,
-    }
+    let req = req.body(Empty::new()).map_err(|e| e.to_string())?;
+    let answer = sender.send_request(req).await.map_err(|e| e.to_string())?;
+    Ok(answer.status().as_u16())
 }
 
-async fn exec(target: &Target, cmd: Vec<String>) -> bool {
+/// Runs `cmd` in the container; `Err` is what it printed when it exits non-zero, as the kubelet's
+/// exec prober reports it.
+async fn exec(target: &Target, cmd: Vec<String>) -> Result<(), String> {
     let options = CreateExecOptions {
         cmd: Some(cmd),
-        attach_stdout: Some(false),
-        attach_stderr: Some(false),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
         ..CreateExecOptions::default()
     };
-    let Ok(created) = target
+    let created = target
         .docker
         .create_exec(&target.container_id, options)
         .await
-    else {
-        return false;
-    };
-    let start = StartExecOptions {
-        detach: true,
-        ..StartExecOptions::default()
-    };
-    if target
+        .map_err(|e| e.to_string())?;
+    let started = target
         .docker
-        .start_exec(&created.id, Some(start))
+        .start_exec(&created.id, None::<StartExecOptions>)
         .await
-        .is_err()
-    {
-        return false;
-    }
-    loop {
-        match target.docker.inspect_exec(&created.id).await {
-            Ok(r) if r.running == Some(true) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Ok(r) => return r.exit_code == Some(0),
-            Err(_) => return false,
+        .map_err(|e| e.to_string())?;
+    let mut printed = Vec::new();
+    if let StartExecResults::Attached { mut output, .. } = started {
+        while let Some(Ok(chunk)) = output.next().await {
+            printed.extend_from_slice(&chunk.into_bytes());
         }
     }
+    let code = loop {
+        match target.docker.inspect_exec(&created.id).await {
+            Ok(r) if r.running == Some(true) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Ok(r) => break r.exit_code,
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    if code == Some(0) {
+        return Ok(());
+    }
+    Err(String::from_utf8_lossy(&printed).into_owned())
 }
 
 #[cfg(test)]

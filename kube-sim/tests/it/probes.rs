@@ -1,0 +1,168 @@
+//! Probes against containers on the real engine: what they gate (readiness), what they restart
+//! (liveness), and the Events a failed probe leaves, read back with kubectl as a user reads them.
+
+use std::time::Duration;
+
+use kube_sim::GroupResource;
+use serde_json::{Value, json};
+
+use crate::docker_kubelet::{DEADLINE, Fixture, container_status, create_pod, ready};
+use crate::kubectl_ok;
+use crate::rollout::{applied, until, watch};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_liveness_probe_restarts_the_container() {
+    let fx = Fixture::start().await;
+    let sim = fx.sim().await;
+    let mut pods = watch(&sim.store().clone(), &GroupResource::pods(), None);
+    // The port answers (readiness passes) but `/healthz` never does (liveness fails, after a delay that
+    // leaves the readiness probe time to pass first).
+    create_pod(
+        &sim,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unhealthy", "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": fx.image("demo/app"),
+                "env": [{"name": "READY_AFTER_MS", "value": "3600000"}],
+                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1},
+                "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "initialDelaySeconds": 3, "periodSeconds": 1, "failureThreshold": 2}}]}}),
+    )
+    .await;
+    let mut was_ready = false;
+    let last = until(
+        &mut pods,
+        DEADLINE,
+        "a restart after failed liveness probes",
+        |e| {
+            let p = applied(e)?;
+            was_ready |= ready(p);
+            (container_status(p)["restartCount"].as_i64()? >= 1).then(|| p.clone())
+        },
+    )
+    .await;
+    assert!(
+        was_ready,
+        "the tcpSocket readiness probe passed before the kill"
+    );
+    let terminated = &container_status(&last)["lastState"]["terminated"];
+    assert_eq!(terminated["exitCode"], 137, "killed: {terminated}");
+    sim.shutdown().await;
+    fx.until_no_containers("after shutdown").await;
+}
+
+/// The Events of `pod` in `default` whose reason is `reason`, as kubectl lists them.
+async fn events_of(sim: &kube_sim::Sim, pod: &str, reason: &str) -> Vec<Value> {
+    let selector = format!("involvedObject.name={pod},reason={reason}");
+    let listed = kubectl_ok(
+        sim,
+        &[
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            &selector,
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    let listed: Value = serde_json::from_str(&listed).expect("kubectl prints JSON");
+    listed["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Waits until `pod` has an Event `reason` whose message satisfies `wanted`, and returns it.
+async fn until_event(
+    sim: &kube_sim::Sim,
+    pod: &str,
+    reason: &str,
+    wanted: impl Fn(&str) -> bool,
+) -> Value {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let events = events_of(sim, pod, reason).await;
+        if let Some(e) = events
+            .iter()
+            .find(|e| e["message"].as_str().is_some_and(&wanted))
+        {
+            return e.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no {reason} Event of {pod} as wanted within {DEADLINE:?}; seen: {events:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_probe_is_an_unhealthy_event_worded_as_the_kubelet_words_it() {
+    let fx = Fixture::start().await;
+    let sim = fx.sim().await;
+    let image = fx.image("demo/app");
+    // `/healthz` answers 503 for an hour; the exec probe prints to stderr and exits 7; nothing
+    // listens on 9090, so the liveness probe is refused.
+    create_pod(
+        &sim,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "starting", "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": image,
+                "env": [{"name": "READY_AFTER_MS", "value": "3600000"}],
+                "readinessProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1}}]}}),
+    )
+    .await;
+    create_pod(
+        &sim,
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "refused", "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": image,
+                "readinessProbe": {"exec": {"command": ["/app", "fail", "7"]}, "periodSeconds": 1},
+                "livenessProbe": {"tcpSocket": {"port": 9090}, "periodSeconds": 1, "failureThreshold": 2}}]}}),
+    )
+    .await;
+
+    let http = until_event(&sim, "starting", "Unhealthy", |m| {
+        m == "Readiness probe failed: HTTP probe failed with statuscode: 503"
+    })
+    .await;
+    assert_eq!(http["type"], "Warning");
+    assert_eq!(http["source"]["component"], "kubelet");
+    assert_eq!(http["involvedObject"]["kind"], "Pod");
+    assert_eq!(http["involvedObject"]["fieldPath"], "spec.containers{app}");
+    // Repeats of one failure are one Event with a count, as the kubelet's recorder aggregates them.
+    let repeated = until_event(&sim, "starting", "Unhealthy", |_| true).await;
+    let again = tokio::time::Instant::now() + DEADLINE;
+    let mut count = repeated["count"].as_i64().unwrap_or(0);
+    while count < 2 && tokio::time::Instant::now() < again {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        count = events_of(&sim, "starting", "Unhealthy").await[0]["count"]
+            .as_i64()
+            .unwrap_or(0);
+    }
+    assert!(
+        count >= 2,
+        "the repeated failure is counted on one Event: {count}"
+    );
+    assert_eq!(events_of(&sim, "starting", "Unhealthy").await.len(), 1);
+
+    let exec = until_event(&sim, "refused", "Unhealthy", |m| m.starts_with("Readiness")).await;
+    assert_eq!(
+        exec["message"], "Readiness probe failed: failing with 7\n",
+        "an exec probe's output is what the command printed"
+    );
+    let pod: Value = serde_json::from_str(
+        &kubectl_ok(
+            &sim,
+            &["get", "pod", "refused", "-n", "default", "-o", "json"],
+        )
+        .await,
+    )
+    .expect("kubectl prints JSON");
+    let ip = pod["status"]["podIP"].as_str().expect("the pod has an IP");
+    let refused = format!("Liveness probe failed: dial tcp {ip}:9090: connect: connection refused");
+    until_event(&sim, "refused", "Unhealthy", |m| m == refused).await;
+    let killing = until_event(&sim, "refused", "Killing", |_| true).await;
+    assert_eq!(killing["type"], "Normal");
+    assert_eq!(
+        killing["message"],
+        "Container app failed liveness probe, will be restarted"
+    );
+    sim.shutdown().await;
+    fx.until_no_containers("after shutdown").await;
+}
