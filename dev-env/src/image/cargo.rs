@@ -319,7 +319,9 @@ fn run_with_deadline(
             let to = to.clone();
             std::thread::spawn(move || progress::follow(out, &to, total))
         });
-    // Read stderr on the side, so a full pipe never stalls the build.
+    // Read stderr on the side, so a full pipe never stalls the build; its
+    // end (the child exits, or at least closes it) is told at once.
+    let (closed_tx, closed) = std::sync::mpsc::channel::<()>();
     let reader = child.stderr.take().map(|stderr| {
         let lines = lines.cloned();
         std::thread::spawn(move || {
@@ -332,27 +334,50 @@ fn run_with_deadline(
                 captured.push_str(&line);
                 captured.push('\n');
             }
+            drop(closed_tx);
             captured
         })
     });
-    let deadline = Instant::now() + limits.timeout;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break Some(status);
-        }
-        let cancelled = limits.cancel.is_some_and(|c| c.load(Ordering::Relaxed));
-        if cancelled || Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let status = wait_within(&mut child, &closed, &limits)?;
     let stderr = reader.and_then(|r| r.join().ok()).unwrap_or_default();
     if let Some(follower) = follower {
         let _ = follower.join();
     }
     Ok((status, stderr))
+}
+
+/// How often a running child is checked for cancellation and its deadline.
+const POLL: Duration = Duration::from_millis(50);
+
+/// Waits for `child` to exit, unless `limits` stop it first (then kills it:
+/// `None`). A child that closed its stderr (`closed` disconnects) is about
+/// to exit, so it is checked every millisecond from then on instead of
+/// every [`POLL`]: a build's end is seen at once.
+fn wait_within(
+    child: &mut std::process::Child,
+    closed: &std::sync::mpsc::Receiver<()>,
+    limits: &Limits<'_>,
+) -> std::io::Result<Option<ExitStatus>> {
+    let deadline = Instant::now() + limits.timeout;
+    let mut exiting = false;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        let cancelled = limits.cancel.is_some_and(|c| c.load(Ordering::Relaxed));
+        if cancelled || Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(None);
+        }
+        if exiting {
+            std::thread::sleep(Duration::from_millis(1));
+        } else if let Err(std::sync::mpsc::RecvTimeoutError::Disconnected) =
+            closed.recv_timeout(POLL)
+        {
+            exiting = true;
+        }
+    }
 }
 
 /// The flags of an image build, `\x1f`-separated as `CARGO_ENCODED_RUSTFLAGS`
