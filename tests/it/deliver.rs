@@ -531,6 +531,50 @@ fn old_pods_that_drain_slowly_hold_a_push_only_when_asked() {
     app.assert_runs(&digest(&config));
 }
 
+#[test]
+fn a_push_whose_pods_never_pass_their_readiness_probe_times_out_with_the_probes_failure() {
+    let app = App::new();
+    let config = app.config();
+    up(&config).expect("dev up");
+    // Nothing in the pods listens on 9090: their readiness probe is refused.
+    let sh = Shell::new().unwrap();
+    let kc = config.state_dir().join("kubeconfig.host");
+    let patch = r#"{"spec":{"template":{"spec":{"containers":[{"name":"app","readinessProbe":{"httpGet":{"path":"/","port":9090}}}]}}}}"#;
+    cmd!(
+        sh,
+        "kubectl --kubeconfig {kc} -n shop patch deployment app -p {patch}"
+    )
+    .run()
+    .unwrap();
+
+    app.source("v2", false);
+    let failed = push_with(
+        &config,
+        PushFlags {
+            timeout: Duration::from_secs(8),
+            ..PUSH
+        },
+    );
+    let error = failed.error.clone().unwrap_or_default();
+    eprintln!("the push failed with:\n{error}");
+    assert!(error.contains("timed out after 8s"), "{error}");
+    // The timeout names the pod the probe holds back, and the kubelet's
+    // words for why.
+    assert!(
+        error.contains("is running but not Ready; events:"),
+        "{error}"
+    );
+    assert!(error.contains("Warning Unhealthy (x"), "{error}");
+    assert!(
+        error.contains("Readiness probe failed: Get \"http://")
+            && error.contains(":9090/\": dial tcp ")
+            && error.contains(": connect: connection refused"),
+        "{error}"
+    );
+    // The pods that ran before keep serving.
+    assert_eq!(app.running().len(), 2);
+}
+
 /// When each component phase was first reported.
 #[derive(Default)]
 struct Phases(std::sync::Mutex<Vec<(Phase, std::time::Instant)>>);

@@ -55,7 +55,7 @@ pub use self::{
     pool::{
         PoolAt, PoolGoal, pool_converged, pool_observed, progress_deadline_exceeded, worker_pool,
     },
-    verdict::{Verdict, digest_of, evaluate, unstarted},
+    verdict::{Verdict, digest_of, evaluate, unready, unstarted},
     watch::{Class, classify, hint},
 };
 use crate::wait::node::{self, NodeProbe};
@@ -82,6 +82,9 @@ pub const UNSCHEDULABLE_GRACE: Duration = Duration::from_secs(10);
 
 /// Log lines shown with a failing pod.
 const LOG_LINES: i64 = 20;
+
+/// How many running but unready pods a timeout shows the Events of.
+const UNREADY_SHOWN: usize = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -394,6 +397,8 @@ pub async fn deployment_watched(
         seen = true;
         let verdict = evaluate(&deploy, &replica_sets, &pods, want);
         w.last = verdict.to_string();
+        // The new pods that run but are not Ready: a timeout names them.
+        let unready_pods = unready(&deploy, &replica_sets, &pods);
         match verdict {
             Verdict::Done {
                 pods,
@@ -421,6 +426,7 @@ pub async fn deployment_watched(
                 }
             }
             Verdict::ProgressDeadline(message) => {
+                let message = message + &unready_events(client, ns, &unready_pods).await;
                 return Err(Error::ProgressDeadline {
                     namespace: ns.clone(),
                     name: name.clone(),
@@ -431,8 +437,47 @@ pub async fn deployment_watched(
                 return Err(pod_failed(client, ns, failed).await);
             }
         }
-        w.next(&mut watched.events).await?;
+        if let Err(e) = w.next(&mut watched.events).await {
+            return Err(with_unready(client, ns, e, &unready_pods).await);
+        }
     }
+}
+
+/// A timeout, with the Events of the new pods that run but are not Ready
+/// (a failing readiness probe's `Unhealthy`); other errors as they are.
+async fn with_unready(client: &Client, namespace: &str, error: Error, unready: &[String]) -> Error {
+    match error {
+        Error::Timeout {
+            what,
+            timeout,
+            last,
+            last_error,
+        } => Error::Timeout {
+            what,
+            timeout,
+            last: last + &unready_events(client, namespace, unready).await,
+            last_error,
+        },
+        other => other,
+    }
+}
+
+/// `\npod <ns>/<pod> is running but not Ready; events: …` for the first
+/// [`UNREADY_SHOWN`] of `unready`, and how many more there are.
+async fn unready_events(client: &Client, namespace: &str, unready: &[String]) -> String {
+    let mut told = String::new();
+    for pod in unready.iter().take(UNREADY_SHOWN) {
+        let events = pending::events_of(client, namespace, pod).await;
+        told.push_str(&format!(
+            "\npod {namespace}/{pod} is running but not Ready; {events}"
+        ));
+    }
+    if let Some(more) = unready.len().checked_sub(UNREADY_SHOWN).filter(|n| *n > 0) {
+        told.push_str(&format!(
+            "\n{more} more pod(s) of the new ReplicaSet are not Ready"
+        ));
+    }
+    told
 }
 
 /// The error of a pod that did not start within its grace, with its events.

@@ -371,6 +371,32 @@ fn only_pods_of_the_new_replica_set_are_judged_for_the_grace() {
 }
 
 #[test]
+fn running_pods_of_the_new_replica_set_that_are_not_ready_are_the_unready_ones() {
+    let rs = [
+        replica_set("web-old", "1", "old"),
+        replica_set("web-new", "2", "new"),
+    ];
+    let running = |name: &str, hash: &str, ready: bool, terminating: bool| {
+        let mut pod = (*pod(name, hash, ready, &image(DIGEST), terminating)).clone();
+        pod.status.as_mut().unwrap().phase = Some(String::from("Running"));
+        Arc::new(pod)
+    };
+    let pods = [
+        running("old-unready", "old", false, false),
+        running("new-ready", "new", true, false),
+        running("new-unready-b", "new", false, false),
+        running("new-unready-a", "new", false, false),
+        running("new-leaving", "new", false, true),
+        unstarted_pod("new-creating", "new", creating()),
+    ];
+    let deploy = deployment(2, 2, (3, 1, 1), "ReplicaSetUpdated");
+    assert_eq!(
+        unready(&deploy, &rs, &pods),
+        vec![String::from("new-unready-a"), String::from("new-unready-b")]
+    );
+}
+
+#[test]
 fn pending_time_runs_from_the_later_of_creation_and_first_sight() {
     let now: Timestamp = "2026-11-29T15:02:00Z".parse().unwrap();
     let created = Some("2026-11-29T15:00:00Z".parse().unwrap());

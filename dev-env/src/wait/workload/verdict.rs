@@ -318,6 +318,29 @@ pub fn unstarted(
         .collect()
 }
 
+/// The pods of the new ReplicaSet in phase `Running` that are not Ready:
+/// the ones a failing readiness probe holds back. Pure, so it is tested
+/// on fixtures.
+pub fn unready(
+    deploy: &Deployment,
+    replica_sets: &[std::sync::Arc<ReplicaSet>],
+    pods: &[std::sync::Arc<Pod>],
+) -> Vec<String> {
+    let Some(new_rs) = new_replica_set(deploy, replica_sets) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = pods_of(&template_hash(new_rs), pods)
+        .into_iter()
+        .filter(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            phase == Some("Running") && !is_ready(p)
+        })
+        .map(ResourceExt::name_any)
+        .collect();
+    names.sort();
+    names
+}
+
 /// The `sha256:<hex>` part of an `imageID` such as
 /// `reg:5000/demo/worker@sha256:…` or a bare `sha256:…`.
 pub fn digest_of(image_id: &str) -> Option<&str> {
