@@ -56,10 +56,15 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
         .await
         .map_err(|e| step("a cluster client").of(e))?;
     for run in 0..runs {
+        let before = failed_probes(&client).await?;
         bench.one_line_change(&client, run, &mut samples).await?;
+        let between = failed_probes(&client).await?;
         let hand = bench.by_hand(run).await?;
+        let after = failed_probes(&client).await?;
         samples.baseline.push(hand.total());
         samples.hand.push(hand);
+        samples.probes.push((between - before) as f64);
+        samples.hand_probes.push((after - between) as f64);
     }
     let save = |run: usize| bench.project.source_owned(format!("w{run}"));
     let watched = super::watching::watch_loop(&bench.config.file, runs, save).await?;
@@ -83,6 +88,10 @@ struct Samples {
     latency: Vec<f64>,
     baseline: Vec<f64>,
     hand: Vec<HandTimes>,
+    /// Readiness probes that failed during dev-env's rollout, and during
+    /// the by-hand one: each costs its rollout up to a probe period.
+    probes: Vec<f64>,
+    hand_probes: Vec<f64>,
 }
 
 impl Samples {
@@ -129,6 +138,17 @@ impl Samples {
             "one-line change, dev-env / by hand",
             "ratio",
             ratio,
+        ));
+        let probes = "failed readiness probes in a one-line change's rollout";
+        figures.push(Figure::of(
+            &format!("{probes}: dev-env"),
+            "probes",
+            self.probes,
+        ));
+        figures.push(Figure::of(
+            &format!("{probes}: by hand"),
+            "probes",
+            self.hand_probes,
         ));
         figures
     }
@@ -245,7 +265,9 @@ impl Bench {
 
     /// The same one-line change done by hand, timed: build the image with
     /// the engine from the binary just built, push it, set it on the
-    /// Deployment with kubectl, and wait with `kubectl rollout status`.
+    /// Deployment with kubectl, and wait with `kubectl rollout status`. The
+    /// engine forgets the image before the rollout (untimed), so the node
+    /// pulls its layers as it pulls dev-env's.
     async fn by_hand(&self, run: usize) -> Result<HandTimes, Error> {
         let fail = step("the by-hand baseline");
         self.project.source(&format!("hand-{run}")).await?;
@@ -342,6 +364,12 @@ impl Hand {
         run(cmd!(sh, "docker build -q -t {image} {context}"))?;
         run(cmd!(sh, "docker push -q {image}"))?;
         let pushed = Instant::now();
+        // Untimed: kube-sim's kubelet runs pods on this engine, which holds
+        // the layers it just built, so its pull would only check the
+        // manifest. A real node holds none of them and downloads them, as
+        // it does dev-env's images, which never pass through the engine.
+        run(cmd!(sh, "docker rmi {image}"))?;
+        let rolling = Instant::now();
         run(cmd!(
             sh,
             "kubectl --kubeconfig {kubeconfig} -n bench set image deployment/app app={in_cluster}"
@@ -353,9 +381,31 @@ impl Hand {
         Ok(HandTimes {
             build: built.duration_since(started).as_secs_f64(),
             image: pushed.duration_since(built).as_secs_f64(),
-            rollout: pushed.elapsed().as_secs_f64(),
+            rollout: rolling.elapsed().as_secs_f64(),
         })
     }
+}
+
+/// How many readiness probes have failed in the bench namespace so far,
+/// as the kubelet counts them in its `Unhealthy` Events.
+async fn failed_probes(client: &Client) -> Result<i64, Error> {
+    use k8s_openapi::api::core::v1::Event;
+    let events: Api<Event> = Api::namespaced(client.clone(), "bench");
+    let params = kube::api::ListParams::default().fields("reason=Unhealthy");
+    let listed = events
+        .list(&params)
+        .await
+        .map_err(|e| step("listing the bench's Unhealthy events").of(e))?;
+    Ok(listed
+        .items
+        .iter()
+        .filter(|e| {
+            e.message
+                .as_deref()
+                .is_some_and(|m| m.starts_with("Readiness probe"))
+        })
+        .map(|e| i64::from(e.count.unwrap_or(1)))
+        .sum())
 }
 
 /// Resolves when an independent watch first sees the rollout done by the
