@@ -392,9 +392,9 @@ impl Hand {
 /// timed change starts from the same settled state. Otherwise the engine
 /// tears down the previous rollout's containers (each takes its grace
 /// period) while the change's pods start, and whichever side follows the
-/// other more closely pays for it. Of 40 pushes, each right after the
-/// one before, 6 had a pod whose first readiness probe came before its
-/// app listened; of 20 pushes 3 s apart, none.
+/// other more closely pays for it: 40 pushes, each right after the one
+/// before, had 6 first readiness probes that came before the app
+/// listened; 20 pushes 3 s apart had none.
 async fn settle(client: &Client) -> Result<(), Error> {
     use crate::wait::{Step, poll};
     use k8s_openapi::api::core::v1::Pod;
