@@ -309,13 +309,22 @@ pub fn unstarted(
     replica_sets: &[std::sync::Arc<ReplicaSet>],
     pods: &[std::sync::Arc<Pod>],
 ) -> Vec<Unstarted> {
-    let Some(new_rs) = new_replica_set(deploy, replica_sets) else {
-        return Vec::new();
-    };
-    pods_of(&template_hash(new_rs), pods)
+    new_pods(deploy, replica_sets, pods)
         .into_iter()
         .filter_map(not_started)
         .collect()
+}
+
+/// The non-terminating pods of the new ReplicaSet; none before it exists.
+fn new_pods<'a>(
+    deploy: &Deployment,
+    replica_sets: &[std::sync::Arc<ReplicaSet>],
+    pods: &'a [std::sync::Arc<Pod>],
+) -> Vec<&'a Pod> {
+    match new_replica_set(deploy, replica_sets) {
+        Some(new_rs) => pods_of(&template_hash(new_rs), pods),
+        None => Vec::new(),
+    }
 }
 
 /// The pods of the new ReplicaSet in phase `Running` that are not Ready:
@@ -326,10 +335,7 @@ pub fn unready(
     replica_sets: &[std::sync::Arc<ReplicaSet>],
     pods: &[std::sync::Arc<Pod>],
 ) -> Vec<String> {
-    let Some(new_rs) = new_replica_set(deploy, replica_sets) else {
-        return Vec::new();
-    };
-    let mut names: Vec<String> = pods_of(&template_hash(new_rs), pods)
+    let mut names: Vec<String> = new_pods(deploy, replica_sets, pods)
         .into_iter()
         .filter(|p| {
             let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
