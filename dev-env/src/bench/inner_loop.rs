@@ -389,12 +389,10 @@ impl Hand {
 }
 
 /// Waits until no pod of the bench's Deployment is terminating, so each
-/// timed change starts from the same settled state. Otherwise the engine
+/// timed change starts from the same settled state, not while the engine
 /// tears down the previous rollout's containers (each takes its grace
-/// period) while the change's pods start, and whichever side follows the
-/// other more closely pays for it: 40 pushes, each right after the one
-/// before, had 6 first readiness probes that came before the app
-/// listened; 20 pushes 3 s apart had none.
+/// period); otherwise the side that follows the other more closely (the
+/// faster one) starts its pods during that teardown.
 async fn settle(client: &Client) -> Result<(), Error> {
     use crate::wait::{Step, poll};
     use k8s_openapi::api::core::v1::Pod;
