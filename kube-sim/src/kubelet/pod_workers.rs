@@ -542,10 +542,17 @@ pub(super) fn container_event<R: ContainerRuntime>(
     reason: &str,
     message: &str,
 ) {
-    let involved = json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": run.name, "namespace": run.namespace, "uid": run.uid},
-        "fieldPath": format!("spec.containers{{{}}}", run.containers[i].name)});
+    let involved =
+        container_reference(&run.namespace, &run.name, &run.uid, &run.containers[i].name);
     crate::controller::record_event(&k.store, &involved, MANAGER, "Normal", reason, message);
+}
+
+/// The object an Event about `container` of a pod names: the pod, with the container's `fieldPath`,
+/// as the kubelet's container references have it.
+pub(super) fn container_reference(namespace: &str, pod: &str, uid: &str, container: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod, "namespace": namespace, "uid": uid},
+        "fieldPath": format!("spec.containers{{{container}}}")})
 }
 
 /// Records an event about the pod, from the kubelet.

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use futures::StreamExt as _;
 use http_body_util::Empty;
 use hyper_util::rt::TokioIo;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -49,10 +49,12 @@ pub struct Recorder {
 impl Recorder {
     /// Events about `container` of `pod`.
     pub fn new(store: Store, pod: &Value, container: &str) -> Recorder {
-        let involved = json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": meta::name_of(pod), "namespace": meta::namespace_of(pod),
-                "uid": meta::str_at(pod, "/metadata/uid").unwrap_or("")},
-            "fieldPath": format!("spec.containers{{{container}}}")});
+        let involved = super::super::pod_workers::container_reference(
+            meta::namespace_of(pod),
+            meta::name_of(pod),
+            meta::str_at(pod, "/metadata/uid").unwrap_or(""),
+            container,
+        );
         Recorder {
             store,
             involved,
