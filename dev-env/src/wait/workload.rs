@@ -397,8 +397,6 @@ pub async fn deployment_watched(
         seen = true;
         let verdict = evaluate(&deploy, &replica_sets, &pods, want);
         w.last = verdict.to_string();
-        // The new pods that run but are not Ready: a timeout names them.
-        let unready_pods = unready(&deploy, &replica_sets, &pods);
         match verdict {
             Verdict::Done {
                 pods,
@@ -426,6 +424,7 @@ pub async fn deployment_watched(
                 }
             }
             Verdict::ProgressDeadline(message) => {
+                let unready_pods = unready(&deploy, &replica_sets, &pods);
                 let message = message + &unready_events(client, ns, &unready_pods).await;
                 return Err(Error::ProgressDeadline {
                     namespace: ns.clone(),
@@ -438,14 +437,20 @@ pub async fn deployment_watched(
             }
         }
         if let Err(e) = w.next(&mut watched.events).await {
-            return Err(with_unready(client, ns, e, &unready_pods).await);
+            return Err(with_unready(client, ns, e, &watched).await);
         }
     }
 }
 
 /// A timeout, with the Events of the new pods that run but are not Ready
-/// (a failing readiness probe's `Unhealthy`); other errors as they are.
-async fn with_unready(client: &Client, namespace: &str, error: Error, unready: &[String]) -> Error {
+/// in what `watched` holds now (a failing readiness probe's `Unhealthy`);
+/// other errors as they are. Only a failed wait looks for them.
+async fn with_unready(
+    client: &Client,
+    namespace: &str,
+    error: Error,
+    watched: &DeploymentWatch,
+) -> Error {
     match error {
         Error::Timeout {
             what,
@@ -455,11 +460,19 @@ async fn with_unready(client: &Client, namespace: &str, error: Error, unready: &
         } => Error::Timeout {
             what,
             timeout,
-            last: last + &unready_events(client, namespace, unready).await,
+            last: last + &unready_events(client, namespace, &unready_in(watched)).await,
             last_error,
         },
         other => other,
     }
+}
+
+/// The new pods in what `watched` holds that run but are not Ready.
+fn unready_in(watched: &DeploymentWatch) -> Vec<String> {
+    watched
+        .state()
+        .map(|s| unready(&s.deploy, &s.replica_sets, &s.pods))
+        .unwrap_or_default()
 }
 
 /// `\npod <ns>/<pod> is running but not Ready; events: …` for the first
@@ -472,7 +485,8 @@ async fn unready_events(client: &Client, namespace: &str, unready: &[String]) ->
             "\npod {namespace}/{pod} is running but not Ready; {events}"
         ));
     }
-    if let Some(more) = unready.len().checked_sub(UNREADY_SHOWN).filter(|n| *n > 0) {
+    let more = unready.len().saturating_sub(UNREADY_SHOWN);
+    if more > 0 {
         told.push_str(&format!(
             "\n{more} more pod(s) of the new ReplicaSet are not Ready"
         ));
