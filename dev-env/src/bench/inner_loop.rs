@@ -38,8 +38,9 @@ pub fn app_source(version: &str, crash: bool) -> String {
 /// one-crate HTTP service as a Deployment of 2 pods, on the sim provider
 /// with the real registry. Figures: cold and warm `dev up`, a no-op
 /// `push-image`, a one-line change split into build, push and rollout+wait,
-/// the wait's detection latency against an independent watch, and the same
-/// change done by hand (`docker build`, `docker push`, `kubectl set image`,
+/// the wait's detection latency against an independent watch (and
+/// `kubectl rollout status`'s against the same watch), and the same change
+/// done by hand (`docker build`, `docker push`, `kubectl set image`,
 /// `kubectl rollout status`) as a ratio.
 pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> {
     let bench = Bench::prepare(root).await?;
@@ -61,7 +62,7 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
         bench.one_line_change(&client, run, &mut samples).await?;
         settle(&client).await?;
         let between = failed_probes(&client).await?;
-        let hand = bench.by_hand(run).await?;
+        let hand = bench.by_hand(&client, run, &mut samples).await?;
         let after = failed_probes(&client).await?;
         samples.baseline.push(hand.total());
         samples.hand.push(hand);
@@ -88,6 +89,8 @@ struct Samples {
     total: Vec<f64>,
     /// Milliseconds; only runs whose independent watch saw the end.
     latency: Vec<f64>,
+    /// The same for `kubectl rollout status` in the by-hand change.
+    hand_latency: Vec<f64>,
     baseline: Vec<f64>,
     hand: Vec<HandTimes>,
     /// Readiness probes that failed during dev-env's rollout, and during
@@ -119,6 +122,13 @@ impl Samples {
                 "wait detection after an independent watch sees the rollout done",
                 "ms",
                 self.latency,
+            ));
+        }
+        if !self.hand_latency.is_empty() {
+            figures.push(Figure::of(
+                "by hand: kubectl rollout status after an independent watch sees the rollout done",
+                "ms",
+                self.hand_latency,
             ));
         }
         let hand = |what: &str, part: fn(&HandTimes) -> f64| {
@@ -258,9 +268,8 @@ impl Bench {
         samples
             .total
             .push(returned.duration_since(started).as_secs_f64());
-        if let Ok(Ok(seen)) = tokio::time::timeout(Duration::from_secs(5), observer).await {
-            let lag = returned.saturating_duration_since(seen);
-            samples.latency.push(lag.as_secs_f64() * 1000.0);
+        if let Some(lag) = lag_behind(observer, returned).await {
+            samples.latency.push(lag);
         }
         Ok(())
     }
@@ -269,8 +278,15 @@ impl Bench {
     /// the engine from the binary just built, push it, set it on the
     /// Deployment with kubectl, and wait with `kubectl rollout status`. The
     /// engine forgets the image before the rollout (untimed), so the node
-    /// pulls its layers as it pulls dev-env's.
-    async fn by_hand(&self, run: usize) -> Result<HandTimes, Error> {
+    /// pulls its layers as it pulls dev-env's. The independent watch runs
+    /// as it does beside dev-env's push, so both sides share the machine
+    /// with it, and measures `kubectl rollout status`'s lag.
+    async fn by_hand(
+        &self,
+        client: &Client,
+        run: usize,
+        samples: &mut Samples,
+    ) -> Result<HandTimes, Error> {
         let fail = step("the by-hand baseline");
         self.project.source(&format!("hand-{run}")).await?;
         let config = &self.config;
@@ -281,8 +297,23 @@ impl Bench {
             in_cluster: format!("{}/bench/app:hand-{run}", config.registry.cluster_host),
             kubeconfig: config.state_dir().join(crate::kubeconfig::HOST_FILE),
         };
-        tokio::task::block_in_place(|| hand.run(&self.project))
+        let observer = observe_rollout(client.clone(), "bench", "app=app");
+        let times = tokio::task::block_in_place(|| hand.run(&self.project))?;
+        if let Some(lag) = lag_behind(observer, times.returned).await {
+            samples.hand_latency.push(lag);
+        }
+        Ok(times)
     }
+}
+
+/// How many milliseconds after the independent watch saw the rollout done
+/// a waiter `returned`; `None` when the watch did not see it within 5 s.
+async fn lag_behind(observer: tokio::task::JoinHandle<Instant>, returned: Instant) -> Option<f64> {
+    let seen = tokio::time::timeout(Duration::from_secs(5), observer)
+        .await
+        .ok()?
+        .ok()?;
+    Some(returned.saturating_duration_since(seen).as_secs_f64() * 1000.0)
 }
 
 /// When a push's build and upload ended, as its events tell.
@@ -322,6 +353,8 @@ struct HandTimes {
     image: f64,
     /// `kubectl set image` and `kubectl rollout status`.
     rollout: f64,
+    /// When `kubectl rollout status` returned.
+    returned: Instant,
 }
 
 impl HandTimes {
@@ -380,10 +413,12 @@ impl Hand {
             sh,
             "kubectl --kubeconfig {kubeconfig} -n bench rollout status deployment/app --timeout=180s"
         ))?;
+        let returned = Instant::now();
         Ok(HandTimes {
             build: built.duration_since(started).as_secs_f64(),
             image: pushed.duration_since(built).as_secs_f64(),
-            rollout: rolling.elapsed().as_secs_f64(),
+            rollout: returned.duration_since(rolling).as_secs_f64(),
+            returned,
         })
     }
 }
