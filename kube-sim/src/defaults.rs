@@ -187,6 +187,15 @@ fn set_default(m: &mut Map<String, Value>, key: &str, value: Value) {
     }
 }
 
+/// [`set_default`] for a Go field that defaulting also fills when it holds its zero value (`0`, `""`),
+/// as a `SetDefaults_*` function that tests `== 0` does.
+fn set_over_zero(m: &mut Map<String, Value>, key: &str, value: Value) {
+    if matches!(m.get(key), Some(v) if *v == json!(0) || *v == json!("")) {
+        m.remove(key);
+    }
+    set_default(m, key, value);
+}
+
 fn template_defaults(spec: &mut Map<String, Value>) {
     let template = child_map(spec, "template");
     let tspec = child_map(template, "spec");
@@ -223,6 +232,36 @@ fn container_defaults(c: &mut Map<String, Value>) {
             set_default(p, "protocol", json!("TCP"));
         }
     }
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        if let Some(Value::Object(probe)) = c.get_mut(probe) {
+            probe_defaults(probe);
+        }
+    }
+    if let Some(Value::Object(lifecycle)) = c.get_mut("lifecycle") {
+        for hook in ["postStart", "preStop"] {
+            if let Some(Value::Object(handler)) = lifecycle.get_mut(hook) {
+                http_get_defaults(handler);
+            }
+        }
+    }
+}
+
+/// A probe's timing (`SetDefaults_Probe`: a 1 s timeout, every 10 s, one success, three failures) and
+/// its `httpGet`.
+fn probe_defaults(probe: &mut Map<String, Value>) {
+    set_over_zero(probe, "timeoutSeconds", json!(1));
+    set_over_zero(probe, "periodSeconds", json!(10));
+    set_over_zero(probe, "successThreshold", json!(1));
+    set_over_zero(probe, "failureThreshold", json!(3));
+    http_get_defaults(probe);
+}
+
+/// The `httpGet` of a probe or hook (`SetDefaults_HTTPGetAction`): path `/`, scheme `HTTP`.
+fn http_get_defaults(handler: &mut Map<String, Value>) {
+    if let Some(Value::Object(http)) = handler.get_mut("httpGet") {
+        set_over_zero(http, "path", json!("/"));
+        set_over_zero(http, "scheme", json!("HTTP"));
+    }
 }
 
 /// `Always` for `:latest` or untagged images, `IfNotPresent` otherwise (digests count as tagged).
@@ -240,6 +279,31 @@ pub fn default_pull_policy(image: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn probes_and_hooks_get_the_api_servers_defaults() {
+        let mut p = json!({"spec": {"containers": [{"name": "a", "image": "i",
+            "readinessProbe": {"httpGet": {"port": 8080}},
+            "livenessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 0, "failureThreshold": 5},
+            "lifecycle": {"preStop": {"httpGet": {"port": 80, "path": "/stop", "scheme": ""}}}}]}});
+        apply("", "pods", &mut p);
+        let c = &p["spec"]["containers"][0];
+        assert_eq!(
+            c["readinessProbe"],
+            json!({"httpGet": {"port": 8080, "path": "/", "scheme": "HTTP"},
+                "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3})
+        );
+        assert_eq!(
+            c["livenessProbe"],
+            json!({"tcpSocket": {"port": 8080},
+                "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 5})
+        );
+        assert_eq!(
+            c["lifecycle"]["preStop"]["httpGet"],
+            json!({"port": 80, "path": "/stop", "scheme": "HTTP"})
+        );
+        assert!(c.get("startupProbe").is_none());
+    }
 
     #[test]
     fn qos_classes_follow_requests_and_limits() {

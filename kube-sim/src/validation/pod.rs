@@ -48,18 +48,103 @@ pub fn validate_spec(spec: &Value, path: &str) -> Vec<FieldError> {
                 );
             }
         }
+        probes(c, at, &mut errors);
+    });
+    each_item(spec, "initContainers", path, |c, at| {
+        if c.get("restartPolicy").and_then(Value::as_str) == Some("Always") {
+            probes(c, at, &mut errors);
+            return;
+        }
+        for field in PROBES {
+            if c.get(field).is_some_and(|p| !p.is_null()) {
+                errors.push(FieldError::forbidden(
+                    &format!("{at}.{field}"),
+                    "may not be set for init containers without restartPolicy=Always",
+                ));
+            }
+        }
     });
     errors
 }
 
-/// The errors of a lifecycle hook's handler at `at`: exactly one of `exec`, `httpGet`, `tcpSocket` and
-/// `sleep`, a sleep no longer than the pod's grace period, ports in range.
-fn lifecycle_handler(handler: &Value, at: &str, grace: Option<i64>, errors: &mut Vec<FieldError>) {
-    let kinds: Vec<&str> = ["exec", "httpGet", "tcpSocket", "sleep"]
-        .into_iter()
+/// A container's probes, in the order the API server validates them.
+const PROBES: [&str; 3] = ["livenessProbe", "readinessProbe", "startupProbe"];
+
+/// The errors of a container's probes (`validateLivenessProbe`, `validateReadinessProbe` and
+/// `validateStartupProbe`): one handler, no negative timing, a positive probe-level grace period (never
+/// on a readiness probe), and a single success for liveness and startup probes, which act on the first.
+fn probes(c: &Value, at: &str, errors: &mut Vec<FieldError>) {
+    for field in PROBES {
+        let Some(probe) = c.get(field).filter(|p| !p.is_null()) else {
+            continue;
+        };
+        let at = format!("{at}.{field}");
+        handler(
+            probe,
+            &at,
+            &["exec", "httpGet", "tcpSocket", "grpc"],
+            errors,
+        );
+        for timing in [
+            "initialDelaySeconds",
+            "timeoutSeconds",
+            "periodSeconds",
+            "successThreshold",
+            "failureThreshold",
+        ] {
+            if let Some(n) = probe.get(timing).and_then(Value::as_i64).filter(|n| *n < 0) {
+                let detail = "must be greater than or equal to 0";
+                errors.push(FieldError::invalid(
+                    &format!("{at}.{timing}"),
+                    &Value::from(n),
+                    detail,
+                ));
+            }
+        }
+        let grace_at = format!("{at}.terminationGracePeriodSeconds");
+        let grace = probe
+            .get("terminationGracePeriodSeconds")
+            .filter(|g| !g.is_null());
+        if let Some(n) = grace.and_then(Value::as_i64).filter(|n| *n <= 0) {
+            errors.push(FieldError::invalid(
+                &grace_at,
+                &Value::from(n),
+                "must be greater than 0",
+            ));
+        }
+        let successes = probe
+            .get("successThreshold")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        match field {
+            "readinessProbe" => {
+                if let Some(grace) = grace {
+                    errors.push(FieldError::invalid(
+                        &grace_at,
+                        grace,
+                        "must not be set for readinessProbes",
+                    ));
+                }
+            }
+            _ if successes != 1 => errors.push(FieldError::invalid(
+                &format!("{at}.successThreshold"),
+                &Value::from(successes),
+                "must be 1",
+            )),
+            _ => {}
+        }
+    }
+}
+
+/// The errors of a probe's or hook's handler at `at` (`validateHandler`): exactly one of `kinds`, and
+/// each action's own fields.
+fn handler(handler: &Value, at: &str, kinds: &[&str], errors: &mut Vec<FieldError>) {
+    let given: Vec<&str> = kinds
+        .iter()
+        .copied()
         .filter(|k| handler.get(*k).is_some_and(|v| !v.is_null()))
         .collect();
-    match kinds.as_slice() {
+    match given.as_slice() {
         [] => errors.push(FieldError::required(at, "must specify a handler type")),
         [_] => {}
         [_, rest @ ..] => {
@@ -71,6 +156,58 @@ fn lifecycle_handler(handler: &Value, at: &str, grace: Option<i64>, errors: &mut
             }
         }
     }
+    if let Some(first) = given.first() {
+        action(handler, first, &format!("{at}.{first}"), errors);
+    }
+}
+
+/// The errors of one handler action at `at`: a command to run, a port by number or name, a supported
+/// scheme.
+fn action(handler: &Value, kind: &str, at: &str, errors: &mut Vec<FieldError>) {
+    let action = &handler[kind];
+    match kind {
+        "exec" if items(action, "command").is_empty() => {
+            errors.push(FieldError::required(&format!("{at}.command"), ""));
+        }
+        "httpGet" | "tcpSocket" | "grpc" => {
+            let port_at = format!("{at}.port");
+            match action.get("port") {
+                Some(Value::String(name)) if kind != "grpc" => {
+                    for m in port_name_messages(name) {
+                        errors.push(FieldError::invalid(
+                            &port_at,
+                            &Value::from(name.as_str()),
+                            m,
+                        ));
+                    }
+                }
+                port => check_port(port, &port_at, errors),
+            }
+            let scheme = action
+                .get("scheme")
+                .and_then(Value::as_str)
+                .unwrap_or("HTTP");
+            if kind == "httpGet" && !matches!(scheme, "HTTP" | "HTTPS") {
+                errors.push(FieldError::not_supported(
+                    &format!("{at}.scheme"),
+                    &Value::from(scheme),
+                    &["HTTP", "HTTPS"].map(str::to_string),
+                ));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The errors of a lifecycle hook's handler at `at`: exactly one of `exec`, `httpGet`, `tcpSocket` and
+/// `sleep`, a sleep no longer than the pod's grace period, ports in range.
+fn lifecycle_handler(handler: &Value, at: &str, grace: Option<i64>, errors: &mut Vec<FieldError>) {
+    self::handler(
+        handler,
+        at,
+        &["exec", "httpGet", "tcpSocket", "sleep"],
+        errors,
+    );
     if let Some(seconds) = handler.pointer("/sleep/seconds").and_then(Value::as_i64)
         && let Some(grace) = grace
         && (seconds <= 0 || seconds > grace)
@@ -82,13 +219,6 @@ fn lifecycle_handler(handler: &Value, at: &str, grace: Option<i64>, errors: &mut
                 "must be greater than 0 and less than terminationGracePeriodSeconds ({grace}). Enable AllowPodLifecycleSleepActionZeroValue feature gate for zero sleep."
             ),
         ));
-    }
-    for kind in ["httpGet", "tcpSocket"] {
-        if let Some(port) = handler.pointer(&format!("/{kind}/port"))
-            && port.is_number()
-        {
-            check_port(Some(port), &format!("{at}.{kind}.port"), errors);
-        }
     }
 }
 
@@ -370,6 +500,40 @@ mod tests {
             vec![
                 "spec.activeDeadlineSeconds: Invalid value: 60: must be less than or equal to previous value"
             ]
+        );
+    }
+
+    #[test]
+    fn probes_are_checked_as_the_api_server_checks_them() {
+        let spec = json!({"containers": [{"name": "a", "image": "x",
+            "livenessProbe": {"httpGet": {"port": 8080, "scheme": "FTP"}, "exec": {"command": ["true"]},
+                "successThreshold": 2, "periodSeconds": -1},
+            "readinessProbe": {"tcpSocket": {"port": "web--port"}, "terminationGracePeriodSeconds": 5},
+            "startupProbe": {"initialDelaySeconds": 3, "successThreshold": 1}}],
+            "initContainers": [{"name": "i", "image": "x", "readinessProbe": {"exec": {"command": []}}},
+                {"name": "s", "image": "x", "restartPolicy": "Always", "startupProbe": {"exec": {"command": []}}}]});
+        let errors = messages(&validate_spec(&spec, "spec"));
+        // As `validateHandler`: the first handler in the order exec, httpGet, tcpSocket, grpc is checked
+        // (this `exec` is fine), the others are refused.
+        assert_eq!(
+            errors,
+            vec![
+                "spec.containers[0].livenessProbe.httpGet: Forbidden: may not specify more than 1 handler type",
+                "spec.containers[0].livenessProbe.periodSeconds: Invalid value: -1: must be greater than or equal to 0",
+                "spec.containers[0].livenessProbe.successThreshold: Invalid value: 2: must be 1",
+                "spec.containers[0].readinessProbe.tcpSocket.port: Invalid value: \"web--port\": must not contain consecutive hyphens",
+                "spec.containers[0].readinessProbe.terminationGracePeriodSeconds: Invalid value: 5: must not be set for readinessProbes",
+                "spec.containers[0].startupProbe: Required value: must specify a handler type",
+                "spec.initContainers[0].readinessProbe: Forbidden: may not be set for init containers without restartPolicy=Always",
+                "spec.initContainers[1].startupProbe.exec.command: Required value",
+            ]
+        );
+        let fine = json!({"containers": [{"name": "a", "image": "x",
+            "readinessProbe": {"httpGet": {"port": "http", "scheme": "HTTPS"}, "successThreshold": 3},
+            "livenessProbe": {"grpc": {"port": 9090}, "terminationGracePeriodSeconds": 10}}]});
+        assert_eq!(
+            messages(&validate_spec(&fine, "spec")),
+            Vec::<String>::new()
         );
     }
 

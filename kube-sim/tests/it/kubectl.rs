@@ -220,6 +220,52 @@ async fn kubectl_apply_refuses_a_misspelt_field_like_a_real_cluster() {
     );
 }
 
+/// Probes as kubectl sends them: a liveness probe that needs two successes is refused with the API
+/// server's words (a dry run, and nothing stored); a bare readiness probe reads back with its defaults.
+#[tokio::test]
+async fn kubectl_sees_probes_refused_and_defaulted_as_a_real_cluster_does() {
+    let sim = start().await;
+    let pod = |probes: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: probed, namespace: default}}\nspec:\n  containers:\n  - name: app\n    image: app:v1\n{probes}"
+        )
+    };
+    let (_dir, bad) = manifest(&pod(
+        "    livenessProbe: {tcpSocket: {port: 8080}, successThreshold: 2}\n    readinessProbe: {periodSeconds: 1}\n",
+    ));
+    let out = kubectl_at(
+        sim.kubeconfig_path(),
+        &[
+            "apply",
+            "--server-side",
+            "--dry-run=server",
+            "-f",
+            bad.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for wanted in [
+        "spec.containers[0].livenessProbe.successThreshold: Invalid value: 2: must be 1",
+        "spec.containers[0].readinessProbe: Required value: must specify a handler type",
+    ] {
+        assert!(stderr.contains(wanted), "{wanted}: {stderr}");
+    }
+    let (_dir, good) = manifest(&pod("    readinessProbe: {httpGet: {port: 8080}}\n"));
+    kubectl_ok(
+        &sim,
+        &["apply", "--server-side", "-f", good.to_str().unwrap()],
+    )
+    .await;
+    let stored = get_json(&sim, &["pod", "probed", "-n", "default"]).await;
+    assert_eq!(
+        stored["spec"]["containers"][0]["readinessProbe"],
+        serde_json::json!({"httpGet": {"port": 8080, "path": "/", "scheme": "HTTP"},
+            "timeoutSeconds": 1, "periodSeconds": 10, "successThreshold": 1, "failureThreshold": 3})
+    );
+}
+
 /// The column names in the first line of kubectl's table output.
 fn columns(table: &str) -> Vec<&str> {
     table
