@@ -53,7 +53,7 @@ use tokio::task::JoinHandle;
 
 use super::reference::Reference;
 use super::registry::{Auth, Registries};
-use super::runtime::{ContainerRuntime, Exit, PullError, PulledImage};
+use super::runtime::{ContainerRuntime, Exit, Probed, PullError, PulledImage};
 use crate::lock::MutexExt as _;
 use crate::meta;
 use crate::store::{PodLogs, PodStreams, Store};
@@ -162,8 +162,8 @@ struct Inner {
 struct Started {
     token: String,
     ip: Option<String>,
-    /// The readiness probe's latest result.
-    ready: Arc<watch::Sender<bool>>,
+    /// What its probes say.
+    probed: Arc<watch::Sender<Probed>>,
     probes: Vec<JoinHandle<()>>,
 }
 
@@ -387,8 +387,8 @@ impl ContainerRuntime for DockerRuntime {
         let network = &self.inner.config.network;
         let body = create_body(pod, container, run_ref, env, labels, network);
         let id = self.create(&name, body).await?;
-        let ready = Arc::new(watch::Sender::new(false));
-        self.install_service_account(pod, &id, &name, ready.clone())
+        let probed = Arc::new(watch::Sender::new(Probed::default()));
+        self.install_service_account(pod, &id, &name, probed.clone())
             .await?;
         if let Err(e) = self.inner.docker.start_container(&id, None).await {
             self.remove(&id).await;
@@ -407,7 +407,7 @@ impl ContainerRuntime for DockerRuntime {
             .and_then(|n| n.get(network)?.ip_address.clone())
             .filter(|ip| !ip.is_empty());
         let events = probe::Recorder::new(self.inner.store.clone(), pod, &container_name_in_pod);
-        let probes = self.start_probes(&id, ip.clone(), container, &ready, admitted, events);
+        let probes = self.start_probes(&id, ip.clone(), container, &probed, admitted, events);
         if let Some(s) = self.inner.containers.lock_unpoisoned().get_mut(&id) {
             s.ip = ip;
             s.probes = probes;
@@ -515,16 +515,16 @@ impl ContainerRuntime for DockerRuntime {
         true
     }
 
-    fn readiness(&self, container_id: &str) -> Option<watch::Receiver<bool>> {
+    fn probed(&self, container_id: &str) -> Option<watch::Receiver<Probed>> {
         let id = container_id.trim_start_matches("docker://");
         let known = self
             .inner
             .containers
             .lock_unpoisoned()
             .get(id)
-            .map(|s| s.ready.subscribe());
+            .map(|s| s.probed.subscribe());
         // A container this runtime no longer knows (removed) is not ready, and never will be.
-        Some(known.unwrap_or_else(|| watch::channel(false).1))
+        Some(known.unwrap_or_else(|| watch::channel(Probed::default()).1))
     }
 
     fn pod_ip(&self, container_id: &str) -> Option<String> {
@@ -580,7 +580,7 @@ impl DockerRuntime {
         pod: &Value,
         id: &str,
         name: &str,
-        ready: Arc<watch::Sender<bool>>,
+        probed: Arc<watch::Sender<Probed>>,
     ) -> Result<(), String> {
         let ns = meta::namespace_of(pod).to_string();
         let service_account = meta::str_at(pod, "/spec/serviceAccountName")
@@ -612,7 +612,7 @@ impl DockerRuntime {
             Started {
                 token,
                 ip: None,
-                ready,
+                probed,
                 probes: Vec::new(),
             },
         );
@@ -634,37 +634,44 @@ impl DockerRuntime {
         Ok(())
     }
 
-    /// Starts the container's readiness probe (ready at once without one) and liveness probe.
+    /// Starts the container's startup probe (started at once without one), readiness probe (ready at
+    /// once without one) and liveness probe; the last two wait for the first to pass.
     fn start_probes(
         &self,
         id: &str,
         ip: Option<String>,
         container: &Value,
-        ready: &Arc<watch::Sender<bool>>,
+        probed: &Arc<watch::Sender<Probed>>,
         admitted: tokio::time::Instant,
         events: probe::Recorder,
     ) -> Vec<JoinHandle<()>> {
-        let target = probe::Target {
-            docker: self.inner.docker.clone(),
-            container_id: id.to_string(),
-            ip,
-            container: container.clone(),
+        let worker = probe::Worker {
+            target: probe::Target {
+                docker: self.inner.docker.clone(),
+                container_id: id.to_string(),
+                ip,
+                container: container.clone(),
+            },
+            probed: probed.clone(),
+            ticks_from: admitted,
+            events,
         };
+        let spec = |field: &str| container.get(field).filter(|p| !p.is_null()).cloned();
         let mut probes = Vec::new();
-        match container.get("readinessProbe") {
-            Some(spec) => probes.push(tokio::spawn(probe::readiness(
-                target.clone(),
-                spec.clone(),
-                ready.clone(),
-                admitted,
-                events.clone(),
-            ))),
+        match spec("readinessProbe") {
+            Some(spec) => probes.push(tokio::spawn(probe::readiness(worker.clone(), spec))),
             None => {
-                ready.send_replace(true);
+                probed.send_modify(|p| p.ready = true);
             }
         }
-        if let Some(spec) = container.get("livenessProbe") {
-            probes.push(tokio::spawn(probe::liveness(target, spec.clone(), events)));
+        if let Some(spec) = spec("livenessProbe") {
+            probes.push(tokio::spawn(probe::liveness(worker.clone(), spec)));
+        }
+        match spec("startupProbe") {
+            Some(spec) => probes.push(tokio::spawn(probe::startup(worker, spec))),
+            None => {
+                probed.send_modify(|p| p.started = true);
+            }
         }
         probes
     }

@@ -311,11 +311,13 @@ struct Container {
     /// Whether a container was ever created (so `imageID` and `containerID` are reported).
     created: bool,
     container_id: Option<String>,
+    /// Whether the running container passed its startup probe (or has none).
+    started: bool,
     ready: bool,
     /// When a container without a probing runtime becomes ready.
     ready_at: Option<Instant>,
-    /// A probing runtime's readiness of the running container.
-    readiness: Option<watch::Receiver<bool>>,
+    /// What a probing runtime's probes say of the running container.
+    probed: Option<watch::Receiver<runtime::Probed>>,
     restart_count: i64,
     pull_failures: u32,
     last_terminated: Option<Value>,
@@ -325,6 +327,13 @@ struct Container {
 impl Container {
     fn image(&self) -> &str {
         self.spec["image"].as_str().unwrap_or("")
+    }
+
+    /// Takes what the probes say: a container that has not started is not ready, whatever its readiness
+    /// probe would say (the kubelet does not run it before).
+    fn take(&mut self, probed: runtime::Probed) {
+        self.started = probed.started;
+        self.ready = probed.started && probed.ready;
     }
 }
 

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::keyring;
 use super::lifecycle::{missing_config_reference, missing_volume_source};
 use super::reference::Reference;
-use super::runtime::{self, ContainerRuntime, PulledImage};
+use super::runtime::{self, ContainerRuntime, Probed, PulledImage};
 use super::status::write_status;
 use super::{Container, Kubelet, MANAGER, PodRun, Stage};
 use crate::meta;
@@ -74,15 +74,15 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
                 None => std::future::pending().await,
             }
         };
-        // Each readiness is watched through a copy that has seen what the step read.
-        let mut readiness: Vec<_> = run
+        // What the probes say is watched through copies that have seen what the step read.
+        let mut probed: Vec<_> = run
             .containers
             .iter()
-            .filter_map(|c| c.readiness.clone())
+            .filter_map(|c| c.probed.clone())
             .collect();
         tokio::select! {
             _ = sleep => {}
-            _ = readiness_changed(&mut readiness) => {}
+            _ = probes_changed(&mut probed) => {}
             // A closed channel (the pod gone from the kubelet, or the kubelet stopping) is seen at the
             // top of the loop.
             _ = rx.changed() => {}
@@ -94,12 +94,12 @@ pub(super) async fn pod_worker<R: ContainerRuntime>(
     }
 }
 
-/// Resolves when one of `readiness` changes or closes; never when there is none.
-async fn readiness_changed(readiness: &mut [watch::Receiver<bool>]) {
-    if readiness.is_empty() {
+/// Resolves when one of `probed` changes or closes; never when there is none.
+async fn probes_changed(probed: &mut [watch::Receiver<Probed>]) {
+    if probed.is_empty() {
         return std::future::pending().await;
     }
-    let changes = readiness.iter_mut().map(|r| Box::pin(r.changed()));
+    let changes = probed.iter_mut().map(|r| Box::pin(r.changed()));
     let _ = futures::future::select_all(changes).await;
 }
 
@@ -136,9 +136,10 @@ fn new_run<R: ContainerRuntime>(k: &Kubelet<R>, pod: &Value) -> PodRun {
                         pulled: None,
                         created: false,
                         container_id: None,
+                        started: false,
                         ready: false,
                         ready_at: None,
-                        readiness: None,
+                        probed: None,
                         restart_count: 0,
                         pull_failures: 0,
                         last_terminated: None,
@@ -187,14 +188,17 @@ pub(super) async fn step<R: ContainerRuntime>(
             c.ready = true;
             c.ready_at = None;
         }
-        if let Some(readiness) = &mut c.readiness {
-            match readiness.has_changed() {
-                Ok(true) => c.ready = *readiness.borrow_and_update(),
+        if let Some(probed) = &mut c.probed {
+            match probed.has_changed() {
+                Ok(true) => {
+                    let now = *probed.borrow_and_update();
+                    c.take(now);
+                }
                 Ok(false) => {}
                 // The runtime forgot the container: not ready, and no probe will say otherwise.
                 Err(_) => {
-                    c.ready = false;
-                    c.readiness = None;
+                    c.take(Probed::default());
+                    c.probed = None;
                 }
             }
         }
@@ -450,7 +454,7 @@ fn mark_running<R: ContainerRuntime>(
         .and_then(Value::as_f64)
         .map(|s| Duration::from_secs_f64((s * cfg.probe_scale).max(0.0)))
         .unwrap_or_default();
-    let readiness = k.runtime.readiness(&id);
+    let probed = k.runtime.probed(&id);
     let ready_in = cfg.ready_delay + probe_delay;
     if let Some(ip) = k.runtime.pod_ip(&id) {
         run.pod_ip = ip;
@@ -461,9 +465,11 @@ fn mark_running<R: ContainerRuntime>(
     c.stage = Stage::Running { started_at };
     c.next = None;
     c.ready_at = None;
-    if let Some(mut readiness) = readiness {
-        c.ready = *readiness.borrow_and_update();
-        c.readiness = Some(readiness);
+    c.started = true;
+    if let Some(mut probed) = probed {
+        let now = *probed.borrow_and_update();
+        c.take(now);
+        c.probed = Some(probed);
     } else if ready_in.is_zero() {
         c.ready = true;
     } else {
@@ -500,9 +506,10 @@ pub(super) fn container_exited<R: ContainerRuntime>(
         return;
     };
     c.waiter = None;
+    c.started = false;
     c.ready = false;
     c.ready_at = None;
-    c.readiness = None;
+    c.probed = None;
     c.last_terminated = Some(json!({"terminated": {
         "exitCode": exit.code, "reason": exit.reason, "startedAt": started_at,
         "finishedAt": meta::now_rfc3339(), "containerID": id}}));

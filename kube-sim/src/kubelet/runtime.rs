@@ -101,11 +101,12 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         false
     }
 
-    /// The readiness of a started container, for runtimes that probe: its current value, changed when
-    /// the probe's result changes, so the kubelet reports it at once, as the kubelet's prober hands
-    /// each new result to its sync loop. A container the runtime no longer knows is not ready (a closed
-    /// channel). `None` means "ready once the kubelet's simulated delay has passed".
-    fn readiness(&self, _container_id: &str) -> Option<tokio::sync::watch::Receiver<bool>> {
+    /// What the probes of a started container say, for runtimes that probe: its current value, changed
+    /// when a probe's result changes, so the kubelet reports it at once, as the kubelet's prober hands
+    /// each new result to its sync loop. A container the runtime no longer knows is neither started nor
+    /// ready (a closed channel). `None` means "started at once, ready once the kubelet's simulated delay
+    /// has passed".
+    fn probed(&self, _container_id: &str) -> Option<tokio::sync::watch::Receiver<Probed>> {
         None
     }
 
@@ -234,4 +235,15 @@ impl ContainerRuntime for VirtualRuntime {
         let id = container_id.trim_start_matches("containerd://");
         self.crashing.lock_unpoisoned().remove(id);
     }
+}
+
+/// What a started container's probes say, as the kubelet's prober reports them in the container's
+/// status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Probed {
+    /// Its startup probe passed, or it has none (`started`); until then its other probes do not run and
+    /// it is not ready.
+    pub started: bool,
+    /// Its readiness probe's result (true without one); counts only once `started`.
+    pub ready: bool,
 }

@@ -66,7 +66,7 @@ pub(super) fn container_status(c: &Container) -> Value {
     s.insert("restartCount".into(), json!(c.restart_count));
     s.insert(
         "started".into(),
-        json!(matches!(c.stage, Stage::Running { .. })),
+        json!(c.started && matches!(c.stage, Stage::Running { .. })),
     );
     s.insert("state".into(), state);
     Value::Object(s)

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::pod_workers::humanize;
-use super::runtime::{Exit, PullError, PulledImage};
+use super::runtime::{Exit, Probed, PullError, PulledImage};
 use super::*;
 use crate::store::{DeleteOptions, Deleted, ListOptions, StoreConfig, WriteOptions};
 
@@ -27,8 +27,8 @@ struct FakeRuntime {
     real: bool,
 }
 
-/// The readiness probe of `probing…` containers.
-type Probe = Arc<std::sync::Mutex<Option<watch::Sender<bool>>>>;
+/// What the probes of `probing…` containers say.
+type Probe = Arc<std::sync::Mutex<Option<watch::Sender<Probed>>>>;
 
 impl ContainerRuntime for FakeRuntime {
     async fn pull(
@@ -107,14 +107,14 @@ impl ContainerRuntime for FakeRuntime {
         self.real
     }
 
-    fn readiness(&self, container_id: &str) -> Option<watch::Receiver<bool>> {
+    fn probed(&self, container_id: &str) -> Option<watch::Receiver<Probed>> {
         if !container_id.starts_with("containerd://p") {
             return None;
         }
         let probe = self.probe.lock().unwrap();
         Some(match &*probe {
             Some(probe) => probe.subscribe(),
-            None => watch::channel(false).1,
+            None => watch::channel(Probed::default()).1,
         })
     }
 }
@@ -147,7 +147,9 @@ impl Harness {
         let started = Arc::default();
         let stopped = Arc::default();
         let pulled_as = Arc::default();
-        let probe = Arc::new(std::sync::Mutex::new(Some(watch::Sender::new(false))));
+        let probe = Arc::new(std::sync::Mutex::new(Some(watch::Sender::new(
+            Probed::default(),
+        ))));
         let runtime = FakeRuntime {
             started: Arc::clone(&started),
             stopped: Arc::clone(&stopped),
@@ -373,6 +375,7 @@ async fn a_probe_result_reaches_the_pod_status_at_once() {
     let running = |p: &Value| container(p).pointer("/state/running").is_some();
     let seen = h.history_until("web", running).await;
     assert_eq!(condition(seen.last().unwrap(), "Ready")["status"], "False");
+    assert_eq!(container(seen.last().unwrap())["started"], false);
     for ready in [true, false, true] {
         let flipped = tokio::time::Instant::now();
         h.probe
@@ -380,7 +383,10 @@ async fn a_probe_result_reaches_the_pod_status_at_once() {
             .unwrap()
             .as_ref()
             .unwrap()
-            .send_replace(ready);
+            .send_replace(Probed {
+                started: true,
+                ready,
+            });
         let status = if ready { "True" } else { "False" };
         h.history_until("web", |p| condition(p, "Ready")["status"] == status)
             .await;
@@ -396,6 +402,43 @@ async fn a_probe_result_reaches_the_pod_status_at_once() {
         condition(p, "Ready")["status"] == "False" && container(p)["ready"] == false
     })
     .await;
+}
+
+/// Until a container's startup probe passes, it is not started and not ready, whatever its readiness
+/// probe says; once it passes, both show at once.
+#[tokio::test]
+async fn a_container_is_not_ready_before_its_startup_probe_passes() {
+    let h = Harness::start();
+    h.create_pod("slow", bound("probing:1"));
+    let running = |p: &Value| container(p).pointer("/state/running").is_some();
+    h.history_until("slow", running).await;
+    let send = |probed: Probed| {
+        h.probe
+            .lock()
+            .unwrap()
+            .as_ref()
+            .unwrap()
+            .send_replace(probed);
+    };
+    send(Probed {
+        started: false,
+        ready: true,
+    });
+    // The pod worker wakes on the change and writes what it saw, which may not be Ready.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    send(Probed {
+        started: true,
+        ready: true,
+    });
+    let seen = h
+        .history_until("slow", |p| condition(p, "Ready")["status"] == "True")
+        .await;
+    let (last, before) = seen.split_last().unwrap();
+    assert_eq!(container(last)["started"], true);
+    for pod in before {
+        assert_eq!(container(pod)["started"], false, "{pod:#}");
+        assert_eq!(container(pod)["ready"], false, "{pod:#}");
+    }
 }
 
 /// Waits (DEADLINE at most) until `done` holds.

@@ -166,3 +166,66 @@ async fn a_failed_probe_is_an_unhealthy_event_worded_as_the_kubelet_words_it() {
     sim.shutdown().await;
     fx.until_no_containers("after shutdown").await;
 }
+
+/// A startup probe holds a container's other probes until it passes: the container runs but is neither
+/// started nor ready, although its readiness probe (a bare port check) would pass; once `/healthz`
+/// answers, it is started and then ready. A startup probe that keeps failing kills the container, which
+/// never becomes ready in between.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_startup_probe_holds_the_other_probes_until_it_passes_and_restarts_on_failure() {
+    let fx = Fixture::start().await;
+    let sim = fx.sim().await;
+    let mut pods = watch(&sim.store().clone(), &GroupResource::pods(), None);
+    let pod = |name: &str, ready_after_ms: &str, failures: u32| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "app", "image": fx.image("demo/app"),
+                "env": [{"name": "READY_AFTER_MS", "value": ready_after_ms}],
+                "startupProbe": {"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1, "failureThreshold": failures},
+                "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}}]}})
+    };
+    create_pod(&sim, pod("slow", "2500", 30)).await;
+    create_pod(&sim, pod("stuck", "3600000", 2)).await;
+
+    let (mut held, mut stuck_ready) = (false, false);
+    let (mut slow_ready, mut stuck_restarted) = (false, false);
+    until(&mut pods, DEADLINE, "slow Ready and stuck restarted", |e| {
+        let p = applied(e)?;
+        let c = container_status(p);
+        let running = c.pointer("/state/running").is_some();
+        match p["metadata"]["name"].as_str()? {
+            "slow" => {
+                held |= running && c["started"] == false && !ready(p);
+                assert!(
+                    !ready(p) || c["started"] == true,
+                    "ready before started: {p:#}"
+                );
+                slow_ready |= ready(p);
+            }
+            _ => {
+                stuck_ready |= ready(p);
+                stuck_restarted |= c["restartCount"].as_i64().unwrap_or(0) >= 1;
+            }
+        }
+        (slow_ready && stuck_restarted).then_some(())
+    })
+    .await;
+    assert!(
+        held,
+        "slow ran, neither started nor ready, while /healthz answered 503"
+    );
+    assert!(
+        !stuck_ready,
+        "the readiness probe does not run before the startup probe passes"
+    );
+    until_event(&sim, "slow", "Unhealthy", |m| {
+        m == "Startup probe failed: HTTP probe failed with statuscode: 503"
+    })
+    .await;
+    let killing = until_event(&sim, "stuck", "Killing", |_| true).await;
+    assert_eq!(
+        killing["message"],
+        "Container app failed startup probe, will be restarted"
+    );
+    sim.shutdown().await;
+    fx.until_no_containers("after shutdown").await;
+}

@@ -1,12 +1,13 @@
-//! Readiness and liveness probes against real containers: `httpGet` and `tcpSocket` to the container's
+//! Startup, readiness and liveness probes against real containers: `httpGet` and `tcpSocket` to the container's
 //! address on the pod network, `exec` through the engine. Timing follows the probe's
 //! `initialDelaySeconds`, `periodSeconds`, `timeoutSeconds`, `successThreshold` and `failureThreshold`.
 //!
 //! As the kubelet's prober, every failed probe is recorded as a `Warning` Event `Unhealthy` on the
 //! container (`Readiness probe failed: <output>`), its output worded as the kubelet's probers word it:
 //! Go's dial errors (`dial tcp 10.0.0.5:8080: connect: connection refused`), `HTTP probe failed with
-//! statuscode: 503`, or what an `exec` command printed. A container killed for its liveness probe gets
-//! the kubelet's `Killing` Event.
+//! statuscode: 503`, or what an `exec` command printed. A container killed for its liveness or startup
+//! probe gets the kubelet's `Killing` Event. Until a container's startup probe passes, its readiness and
+//! liveness probes do not run and it is neither started nor ready.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::super::runtime::Probed;
 use crate::meta;
 use crate::store::Store;
 
@@ -92,49 +94,105 @@ fn count(probe: &Value, field: &str, default: u64) -> u64 {
     probe[field].as_u64().unwrap_or(default).max(1)
 }
 
-/// Keeps `ready` up to date with a readiness probe until aborted; `ready` changes only when the result
-/// does, and its receivers are woken then.
+/// What one container's probes share: what they probe, what they say (`started`, `ready`), the ticker
+/// they run on, and where their Events go.
+#[derive(Clone)]
+pub struct Worker {
+    pub target: Target,
+    pub probed: Arc<watch::Sender<Probed>>,
+    /// When the kubelet took the pod up, which starts each probe's ticker.
+    pub ticks_from: Instant,
+    pub events: Recorder,
+}
+
+impl Worker {
+    /// Waits until the container's startup probe has passed (at once without one); false if the
+    /// container is gone first.
+    async fn started(&self) -> bool {
+        self.probed
+            .subscribe()
+            .wait_for(|p| p.started)
+            .await
+            .is_ok()
+    }
+
+    /// Sleeps until the next tick of a probe of `period` that comes at least `initial_delay` after the
+    /// container's start (`started_at`), as a probe worker's ticks skip those before the delay.
+    async fn next_tick(&self, started_at: Instant, initial_delay: Duration, period: Duration) {
+        let not_before = Instant::now().max(started_at + initial_delay);
+        tokio::time::sleep_until(next_tick(self.ticks_from, not_before, period)).await;
+    }
+
+    /// Kills the container for its `kind` probe (`liveness`, `startup`), as the kubelet does once the
+    /// probe failed `failureThreshold` times in a row.
+    async fn kill_for(&self, kind: &str) {
+        tracing::info!(container = %self.target.container_id, "{kind} probe failed; killing the container");
+        let message = format!(
+            "Container {} failed {kind} probe, will be restarted",
+            self.events.container
+        );
+        self.events.record("Normal", "Killing", &message);
+        super::DockerRuntime::kill(&self.target.docker, &self.target.container_id).await;
+    }
+}
+
+/// The timing of a probe: `initialDelaySeconds`, `periodSeconds` and the two thresholds.
+struct Timing {
+    initial_delay: Duration,
+    period: Duration,
+    successes_needed: u64,
+    failures_allowed: u64,
+}
+
+impl Timing {
+    fn of(probe: &Value) -> Timing {
+        Timing {
+            initial_delay: seconds(probe, "initialDelaySeconds", 0.0),
+            period: seconds(probe, "periodSeconds", 10.0).max(Duration::from_millis(100)),
+            successes_needed: count(probe, "successThreshold", 1),
+            failures_allowed: count(probe, "failureThreshold", 3),
+        }
+    }
+}
+
+/// Keeps `ready` up to date with a readiness probe until aborted; it changes only when the result does,
+/// and its receivers are woken then.
 ///
-/// As the kubelet's prober: the container's start triggers a probe at once, and the others come on a
-/// ticker of `periodSeconds` that started when the kubelet took the pod up (`ticks_from`), not with the
-/// container; no probe runs before `initialDelaySeconds` after the start. So a probe that fails because
-/// the app is not listening yet is followed within a period, not a whole period later.
-pub async fn readiness(
-    target: Target,
-    probe: Value,
-    ready: Arc<watch::Sender<bool>>,
-    ticks_from: Instant,
-    events: Recorder,
-) {
-    let started = Instant::now();
-    let initial_delay = seconds(&probe, "initialDelaySeconds", 0.0);
-    let period = seconds(&probe, "periodSeconds", 10.0).max(Duration::from_millis(100));
-    let (successes_needed, failures_allowed) = (
-        count(&probe, "successThreshold", 1),
-        count(&probe, "failureThreshold", 3),
-    );
+/// As the kubelet's prober: nothing is probed before the container has started (its startup probe
+/// passed); then the status that says so triggers a probe at once, and the others come on a ticker of
+/// `periodSeconds` that started when the kubelet took the pod up, not with the container; no probe runs
+/// before `initialDelaySeconds` after the container's start. So a probe that fails because the app is
+/// not listening yet is followed within a period, not a whole period later.
+pub async fn readiness(worker: Worker, probe: Value) {
+    let started_at = Instant::now();
+    let timing = Timing::of(&probe);
+    if !worker.started().await {
+        return;
+    }
     let (mut successes, mut failures) = (0, 0);
     let set = |value: bool| {
-        ready.send_if_modified(|ready| std::mem::replace(ready, value) != value);
+        worker
+            .probed
+            .send_if_modified(|p| std::mem::replace(&mut p.ready, value) != value);
     };
     loop {
-        if started.elapsed() >= initial_delay {
-            if let Err(output) = once(&target, &probe).await {
-                events.failed("Readiness", &output);
+        if started_at.elapsed() >= timing.initial_delay {
+            if let Err(output) = once(&worker.target, &probe).await {
+                worker.events.failed("Readiness", &output);
                 failures += 1;
                 successes = 0;
-                if failures >= failures_allowed || !*ready.borrow() {
+                if failures >= timing.failures_allowed || !worker.probed.borrow().ready {
                     set(false);
                 }
             } else {
                 successes += 1;
                 failures = 0;
-                if successes >= successes_needed {
+                if successes >= timing.successes_needed {
                     set(true);
                 }
             }
         }
-        tokio::time::sleep_until(next_tick(ticks_from, Instant::now(), period)).await;
+        tokio::time::sleep_until(next_tick(worker.ticks_from, Instant::now(), timing.period)).await;
     }
 }
 
@@ -146,31 +204,57 @@ fn next_tick(from: Instant, now: Instant, period: Duration) -> Instant {
     from + Duration::from_nanos(u64::try_from(after).unwrap_or(u64::MAX))
 }
 
-/// Kills the container once its liveness probe fails `failureThreshold` times in a row.
-pub async fn liveness(target: Target, probe: Value, events: Recorder) {
-    tokio::time::sleep(seconds(&probe, "initialDelaySeconds", 0.0)).await;
-    let period = seconds(&probe, "periodSeconds", 10.0);
-    let failures_allowed = count(&probe, "failureThreshold", 3);
+/// Marks the container started once its startup probe passes, or kills it once the probe has failed
+/// `failureThreshold` times in a row. As the kubelet's startup worker, it probes only on its ticker
+/// (nothing triggers it sooner), from `initialDelaySeconds` after the container's start.
+pub async fn startup(worker: Worker, probe: Value) {
+    let started_at = Instant::now();
+    let timing = Timing::of(&probe);
     let mut failures = 0;
     loop {
-        match once(&target, &probe).await {
-            Ok(()) => failures = 0,
+        worker
+            .next_tick(started_at, timing.initial_delay, timing.period)
+            .await;
+        match once(&worker.target, &probe).await {
+            Ok(()) => {
+                worker.probed.send_modify(|p| p.started = true);
+                return;
+            }
             Err(output) => {
-                events.failed("Liveness", &output);
+                worker.events.failed("Startup", &output);
                 failures += 1;
             }
         }
-        if failures >= failures_allowed {
-            tracing::info!(container = %target.container_id, "liveness probe failed; killing the container");
-            let message = format!(
-                "Container {} failed liveness probe, will be restarted",
-                events.container
-            );
-            events.record("Normal", "Killing", &message);
-            super::DockerRuntime::kill(&target.docker, &target.container_id).await;
-            return;
+        if failures >= timing.failures_allowed {
+            return worker.kill_for("startup").await;
         }
-        tokio::time::sleep(period).await;
+    }
+}
+
+/// Kills the container once its liveness probe fails `failureThreshold` times in a row. As the
+/// kubelet's liveness worker, it probes on its ticker once the container has started, from
+/// `initialDelaySeconds` after the container's start.
+pub async fn liveness(worker: Worker, probe: Value) {
+    let started_at = Instant::now();
+    let timing = Timing::of(&probe);
+    if !worker.started().await {
+        return;
+    }
+    let mut failures = 0;
+    loop {
+        worker
+            .next_tick(started_at, timing.initial_delay, timing.period)
+            .await;
+        match once(&worker.target, &probe).await {
+            Ok(()) => failures = 0,
+            Err(output) => {
+                worker.events.failed("Liveness", &output);
+                failures += 1;
+            }
+        }
+        if failures >= timing.failures_allowed {
+            return worker.kill_for("liveness").await;
+        }
     }
 }
 
