@@ -575,6 +575,55 @@ fn a_push_whose_pods_never_pass_their_readiness_probe_times_out_with_the_probes_
     assert_eq!(app.running().len(), 2);
 }
 
+#[test]
+fn a_push_whose_pods_fail_their_startup_probe_ends_with_the_probes_failure() {
+    let app = App::new();
+    let config = app.config();
+    up(&config).expect("dev up");
+    // Nothing in the pods listens on 9090: their startup probe is refused, and each failure kills the
+    // container.
+    let sh = Shell::new().unwrap();
+    let kc = config.state_dir().join("kubeconfig.host");
+    let patch = r#"{"spec":{"template":{"spec":{"containers":[{"name":"app","startupProbe":{"tcpSocket":{"port":9090},"periodSeconds":1,"failureThreshold":1}}]}}}}"#;
+    cmd!(
+        sh,
+        "kubectl --kubeconfig {kc} -n shop patch deployment app -p {patch}"
+    )
+    .run()
+    .unwrap();
+
+    app.source("v2", false);
+    let started = std::time::Instant::now();
+    let failed = push_with(
+        &config,
+        PushFlags {
+            timeout: Duration::from_secs(60),
+            ..PUSH
+        },
+    );
+    let error = failed.error.clone().unwrap_or_default();
+    eprintln!(
+        "the push failed after {:?} with:\n{error}",
+        started.elapsed()
+    );
+    assert!(!error.is_empty(), "the push failed");
+    assert!(
+        error.contains("Startup probe failed: dial tcp ")
+            && error.contains(":9090: connect: connection refused"),
+        "{error}"
+    );
+    assert!(
+        error.contains("failed startup probe, will be restarted"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "the wait ended before its deadline"
+    );
+    // The pods that ran before keep serving.
+    assert_eq!(app.running().len(), 2);
+}
+
 /// When each component phase was first reported.
 #[derive(Default)]
 struct Phases(std::sync::Mutex<Vec<(Phase, std::time::Instant)>>);

@@ -89,7 +89,8 @@ const UNREADY_SHOWN: usize = 2;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "pod {namespace}/{pod} container `{container}`: {reason}: {message}{}",
+        "pod {namespace}/{pod} container `{container}`: {reason}: {message}{}{}",
+        events.as_ref().map(|e| format!("\n{e}")).unwrap_or_default(),
         logs.as_ref().map(|l| format!("\nlast log lines:\n{l}")).unwrap_or_default()
     )]
     PodFailed {
@@ -98,6 +99,10 @@ pub enum Error {
         container: String,
         reason: String,
         message: String,
+        /// The pod's Events, for a container that keeps restarting: they say
+        /// whether it exited by itself or was killed (a failed liveness or
+        /// startup probe), which its logs do not.
+        events: Option<String>,
         logs: Option<String>,
     },
     #[error(
@@ -523,7 +528,8 @@ async fn pod_pending(
     }
 }
 
-/// The error of a pod stuck on a fatal reason, with its last log lines.
+/// The error of a pod stuck on a fatal reason, with its last log lines,
+/// and its Events when it keeps restarting.
 async fn pod_failed(client: &Client, namespace: &str, verdict: Verdict) -> Error {
     let Verdict::PodFailed {
         pod,
@@ -544,12 +550,17 @@ async fn pod_failed(client: &Client, namespace: &str, verdict: Verdict) -> Error
         .await
         .ok()
         .filter(|l| !l.trim().is_empty());
+    let events = match reason.as_str() {
+        "CrashLoopBackOff" => Some(pending::events_of(client, namespace, &pod).await),
+        _ => None,
+    };
     Error::PodFailed {
         namespace: namespace.to_string(),
         pod,
         container,
         reason,
         message,
+        events,
         logs,
     }
 }
