@@ -262,20 +262,13 @@ fn push_rolls_out_the_digest_skips_unchanged_and_fails_fast() {
 
     // A Deployment whose pods never become Ready within an impossible
     // progress deadline fails with the controller's verdict.
-    let sh = Shell::new().unwrap();
-    let kc = config.state_dir().join(dev_env::kubeconfig::HOST_FILE);
     let good = format!("{}/{}/app@{second}", config.registry.cluster_host, app.name);
-    let patch = format!(
-        r#"{{"spec":{{"progressDeadlineSeconds":1,"template":{{"spec":{{"containers":[{{"name":"app","image":"{good}","readinessProbe":{{"httpGet":{{"path":"/","port":9}},"periodSeconds":1}}}}]}}}}}}}}"#
+    patch_app(
+        &config,
+        &format!(
+            r#"{{"spec":{{"progressDeadlineSeconds":1,"template":{{"spec":{{"containers":[{{"name":"app","image":"{good}","readinessProbe":{{"httpGet":{{"path":"/","port":9}},"periodSeconds":1}}}}]}}}}}}}}"#
+        ),
     );
-    cmd!(
-        sh,
-        "kubectl --kubeconfig {kc} -n shop patch deployment app -p {patch}"
-    )
-    .quiet()
-    .ignore_stdout()
-    .run()
-    .unwrap();
     let error = runtime()
         .block_on(async {
             let client = deliver::cluster_client(&config).await.unwrap();
@@ -537,15 +530,10 @@ fn a_push_whose_pods_never_pass_their_readiness_probe_times_out_with_the_probes_
     let config = app.config();
     up(&config).expect("dev up");
     // Nothing in the pods listens on 9090: their readiness probe is refused.
-    let sh = Shell::new().unwrap();
-    let kc = config.state_dir().join("kubeconfig.host");
-    let patch = r#"{"spec":{"template":{"spec":{"containers":[{"name":"app","readinessProbe":{"httpGet":{"path":"/","port":9090}}}]}}}}"#;
-    cmd!(
-        sh,
-        "kubectl --kubeconfig {kc} -n shop patch deployment app -p {patch}"
-    )
-    .run()
-    .unwrap();
+    patch_app(
+        &config,
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"app","readinessProbe":{"httpGet":{"path":"/","port":9090}}}]}}}}"#,
+    );
 
     app.source("v2", false);
     let failed = push_with(
@@ -582,15 +570,10 @@ fn a_push_whose_pods_fail_their_startup_probe_ends_with_the_probes_failure() {
     up(&config).expect("dev up");
     // Nothing in the pods listens on 9090: their startup probe is refused, and each failure kills the
     // container.
-    let sh = Shell::new().unwrap();
-    let kc = config.state_dir().join("kubeconfig.host");
-    let patch = r#"{"spec":{"template":{"spec":{"containers":[{"name":"app","startupProbe":{"tcpSocket":{"port":9090},"periodSeconds":1,"failureThreshold":1}}]}}}}"#;
-    cmd!(
-        sh,
-        "kubectl --kubeconfig {kc} -n shop patch deployment app -p {patch}"
-    )
-    .run()
-    .unwrap();
+    patch_app(
+        &config,
+        r#"{"spec":{"template":{"spec":{"containers":[{"name":"app","startupProbe":{"tcpSocket":{"port":9090},"periodSeconds":1,"failureThreshold":1}}]}}}}"#,
+    );
 
     app.source("v2", false);
     let started = std::time::Instant::now();
@@ -622,6 +605,20 @@ fn a_push_whose_pods_fail_their_startup_probe_ends_with_the_probes_failure() {
     );
     // The pods that ran before keep serving.
     assert_eq!(app.running().len(), 2);
+}
+
+/// Patches the app's Deployment with kubectl, as a user changes it by hand.
+fn patch_app(config: &Config, patch: &str) {
+    let sh = Shell::new().unwrap();
+    let kc = config.state_dir().join(dev_env::kubeconfig::HOST_FILE);
+    cmd!(
+        sh,
+        "kubectl --kubeconfig {kc} -n shop patch deployment app -p {patch}"
+    )
+    .quiet()
+    .ignore_stdout()
+    .run()
+    .unwrap();
 }
 
 /// When each component phase was first reported.

@@ -204,40 +204,43 @@ fn next_tick(from: Instant, now: Instant, period: Duration) -> Instant {
     from + Duration::from_nanos(u64::try_from(after).unwrap_or(u64::MAX))
 }
 
+/// The probes that kill the container once they fail `failureThreshold` times in a row.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Killing {
+    /// Marks the container started at its first success, and stops.
+    Startup,
+    /// Runs once the container has started, for as long as it runs.
+    Liveness,
+}
+
+impl Killing {
+    /// As the kubelet names the probe in its Events.
+    fn name(self) -> &'static str {
+        match self {
+            Killing::Startup => "Startup",
+            Killing::Liveness => "Liveness",
+        }
+    }
+}
+
 /// Marks the container started once its startup probe passes, or kills it once the probe has failed
 /// `failureThreshold` times in a row. As the kubelet's startup worker, it probes only on its ticker
 /// (nothing triggers it sooner), from `initialDelaySeconds` after the container's start.
 pub async fn startup(worker: Worker, probe: Value) {
-    let started_at = Instant::now();
-    let timing = Timing::of(&probe);
-    let mut failures = 0;
-    loop {
-        worker
-            .next_tick(started_at, timing.initial_delay, timing.period)
-            .await;
-        match once(&worker.target, &probe).await {
-            Ok(()) => {
-                worker.probed.send_modify(|p| p.started = true);
-                return;
-            }
-            Err(output) => {
-                worker.events.failed("Startup", &output);
-                failures += 1;
-            }
-        }
-        if failures >= timing.failures_allowed {
-            return worker.kill_for("startup").await;
-        }
-    }
+    probe_until_killed(worker, probe, Killing::Startup).await;
 }
 
 /// Kills the container once its liveness probe fails `failureThreshold` times in a row. As the
 /// kubelet's liveness worker, it probes on its ticker once the container has started, from
 /// `initialDelaySeconds` after the container's start.
 pub async fn liveness(worker: Worker, probe: Value) {
+    probe_until_killed(worker, probe, Killing::Liveness).await;
+}
+
+async fn probe_until_killed(worker: Worker, probe: Value, killing: Killing) {
     let started_at = Instant::now();
     let timing = Timing::of(&probe);
-    if !worker.started().await {
+    if killing == Killing::Liveness && !worker.started().await {
         return;
     }
     let mut failures = 0;
@@ -246,14 +249,18 @@ pub async fn liveness(worker: Worker, probe: Value) {
             .next_tick(started_at, timing.initial_delay, timing.period)
             .await;
         match once(&worker.target, &probe).await {
+            Ok(()) if killing == Killing::Startup => {
+                worker.probed.send_modify(|p| p.started = true);
+                return;
+            }
             Ok(()) => failures = 0,
             Err(output) => {
-                worker.events.failed("Liveness", &output);
+                worker.events.failed(killing.name(), &output);
                 failures += 1;
             }
         }
         if failures >= timing.failures_allowed {
-            return worker.kill_for("liveness").await;
+            return worker.kill_for(&killing.name().to_lowercase()).await;
         }
     }
 }
