@@ -164,7 +164,31 @@ struct Started {
     ip: Option<String>,
     /// What its probes say.
     probed: Arc<watch::Sender<Probed>>,
-    probes: Vec<JoinHandle<()>>,
+    probes: Probes,
+}
+
+/// The probe tasks of one container.
+#[derive(Default)]
+struct Probes {
+    readiness: Option<JoinHandle<()>>,
+    /// Liveness and startup probes: the ones that kill the container.
+    killing: Vec<JoinHandle<()>>,
+}
+
+impl Probes {
+    /// Stops the probes that kill the container; the readiness probe goes on.
+    fn stop_killing(&mut self) {
+        for p in self.killing.drain(..) {
+            p.abort();
+        }
+    }
+
+    fn stop(&mut self) {
+        self.stop_killing();
+        if let Some(p) = self.readiness.take() {
+            p.abort();
+        }
+    }
 }
 
 /// The engine's socket: `DOCKER_HOST` when it is a `unix://` URL, else the default path.
@@ -316,10 +340,8 @@ impl DockerRuntime {
 
     fn forget(&self, id: &str) {
         let started = self.inner.containers.lock_unpoisoned().remove(id);
-        if let Some(s) = started {
-            for p in s.probes {
-                p.abort();
-            }
+        if let Some(mut s) = started {
+            s.probes.stop();
             self.inner.store.forget_token(&s.token);
         }
     }
@@ -476,9 +498,7 @@ impl ContainerRuntime for DockerRuntime {
     async fn stop_within(&self, container_id: &str, grace: Duration) {
         let id = container_id.trim_start_matches("docker://");
         if let Some(s) = self.inner.containers.lock_unpoisoned().get_mut(id) {
-            for p in s.probes.drain(..) {
-                p.abort();
-            }
+            s.probes.stop();
         }
         let options = StopContainerOptionsBuilder::default()
             .t(grace.as_secs().min(i32::MAX as u64) as i32)
@@ -509,6 +529,15 @@ impl ContainerRuntime for DockerRuntime {
             container: container.clone(),
         };
         probe::hook(&target, handler).await
+    }
+
+    fn terminating(&self, container_id: &str) {
+        let id = container_id.trim_start_matches("docker://");
+        if let Some(s) = self.inner.containers.lock_unpoisoned().get_mut(id) {
+            s.probes.stop_killing();
+            s.probed
+                .send_if_modified(|p| !std::mem::replace(&mut p.started, true));
+        }
     }
 
     fn is_real(&self) -> bool {
@@ -613,7 +642,7 @@ impl DockerRuntime {
                 token,
                 ip: None,
                 probed,
-                probes: Vec::new(),
+                probes: Probes::default(),
             },
         );
         let upload = UploadToContainerOptionsBuilder::default()
@@ -644,7 +673,7 @@ impl DockerRuntime {
         probed: &Arc<watch::Sender<Probed>>,
         admitted: tokio::time::Instant,
         events: probe::Recorder,
-    ) -> Vec<JoinHandle<()>> {
+    ) -> Probes {
         let worker = probe::Worker {
             target: probe::Target {
                 docker: self.inner.docker.clone(),
@@ -657,18 +686,24 @@ impl DockerRuntime {
             events,
         };
         let spec = |field: &str| container.get(field).filter(|p| !p.is_null()).cloned();
-        let mut probes = Vec::new();
+        let mut probes = Probes::default();
         match spec("readinessProbe") {
-            Some(spec) => probes.push(tokio::spawn(probe::readiness(worker.clone(), spec))),
+            Some(spec) => {
+                probes.readiness = Some(tokio::spawn(probe::readiness(worker.clone(), spec)))
+            }
             None => {
                 probed.send_modify(|p| p.ready = true);
             }
         }
         if let Some(spec) = spec("livenessProbe") {
-            probes.push(tokio::spawn(probe::liveness(worker.clone(), spec)));
+            probes
+                .killing
+                .push(tokio::spawn(probe::liveness(worker.clone(), spec)));
         }
         match spec("startupProbe") {
-            Some(spec) => probes.push(tokio::spawn(probe::startup(worker, spec))),
+            Some(spec) => probes
+                .killing
+                .push(tokio::spawn(probe::startup(worker, spec))),
             None => {
                 probed.send_modify(|p| p.started = true);
             }

@@ -659,6 +659,24 @@ async fn pre_stop<R: ContainerRuntime>(
     );
 }
 
+/// What the kubelet does first for each running container of a deleted pod: stops its liveness and
+/// startup probes and records `Killing` ("Stopping container app"), before the `preStop` hook runs.
+fn begin_killing<R: ContainerRuntime>(k: &Arc<Kubelet<R>>, pod: &Value, containers: &[Container]) {
+    let (namespace, name) = (meta::namespace_of(pod), meta::name_of(pod));
+    let uid = meta::str_at(pod, "/metadata/uid").unwrap_or("");
+    for c in containers {
+        let (Stage::Running { .. }, Some(id)) = (&c.stage, c.container_id.as_deref()) else {
+            continue;
+        };
+        k.runtime.terminating(id);
+        let involved = container_reference(namespace, name, uid, &c.name);
+        let message = format!("Stopping container {}", c.name);
+        crate::controller::record_event(
+            &k.store, &involved, MANAGER, "Normal", "Killing", &message,
+        );
+    }
+}
+
 /// Stops every container of a pod at once, each within `grace`.
 pub(super) async fn stop_all<R: ContainerRuntime>(
     k: &Arc<Kubelet<R>>,
@@ -677,7 +695,8 @@ pub(super) async fn stop_all<R: ContainerRuntime>(
     futures::future::join_all(stops).await;
 }
 
-/// Lets a terminating pod go as the kubelet kills a pod: each container's `preStop` hook runs first, within
+/// Lets a terminating pod go as the kubelet kills a pod: its liveness and startup probes stop (nothing
+/// restarts a draining container), each container's `preStop` hook runs first, within
 /// the grace period, then the container is stopped within what is left of it (never less than 2 s, as
 /// the kubelet's minimum); a virtual pod stays as it is for `termination_delay` (at most its grace
 /// period) instead. Then it is deleted with grace period 0.
@@ -693,6 +712,7 @@ pub(super) async fn terminate<R: ContainerRuntime>(
             .max(0) as u64,
     );
     let started = Instant::now();
+    begin_killing(k, pod, containers);
     let hooks = pre_stop_all(k, pod, containers, grace).await;
     let left = grace.saturating_sub(started.elapsed());
     // Real containers take their grace period in the stop itself.

@@ -94,6 +94,11 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         async { Ok(()) }
     }
 
+    /// The container's pod is being deleted: as the kubelet's liveness and startup probe workers do
+    /// then, stop those probes and count the container as started, so that no probe kills it while it
+    /// drains; its readiness probe goes on. The default has no probes to stop.
+    fn terminating(&self, _container_id: &str) {}
+
     /// Whether containers really run: the kubelet then skips its simulated start, pull and termination
     /// delays (the engine's work takes its own time), and takes the pod IP from
     /// [`ContainerRuntime::pod_ip`].

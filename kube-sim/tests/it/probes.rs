@@ -238,3 +238,73 @@ async fn a_startup_probe_holds_the_other_probes_until_it_passes_and_restarts_on_
     sim.shutdown().await;
     fx.until_no_containers("after shutdown").await;
 }
+
+/// A deleted pod's liveness and startup probes stop, as the kubelet's workers do for a quiet shutdown:
+/// a container draining in its `preStop` hook is not killed by a probe that keeps failing meanwhile,
+/// where the same probe kills the container of a pod that is not deleted. Each deleted container is
+/// `Killing` with "Stopping container app", as the kubelet words a stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_pods_liveness_and_startup_probes_stop_while_it_drains() {
+    let fx = Fixture::start().await;
+    let sim = fx.sim().await;
+    let mut pods = watch(&sim.store().clone(), &GroupResource::pods(), None);
+    // Nothing listens on 9090: the probe fails from the container's start and kills it at its fifth
+    // failure, about 4 s in, well inside the 6 s preStop sleep of a pod deleted once it runs.
+    let pod = |name: &str, probe: &str| {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"terminationGracePeriodSeconds": 8, "containers": [{"name": "app", "image": fx.image("demo/app"),
+                probe: {"tcpSocket": {"port": 9090}, "periodSeconds": 1, "failureThreshold": 5},
+                "lifecycle": {"preStop": {"sleep": {"seconds": 6}}}}]}})
+    };
+    create_pod(&sim, pod("kept", "livenessProbe")).await;
+    create_pod(&sim, pod("live", "livenessProbe")).await;
+    create_pod(&sim, pod("start", "startupProbe")).await;
+    let mut running = std::collections::BTreeSet::new();
+    until(&mut pods, DEADLINE, "live and start running", |e| {
+        let p = applied(e)?;
+        let name = p["metadata"]["name"].as_str()?;
+        if name != "kept" && container_status(p).pointer("/state/running").is_some() {
+            running.insert(name.to_string());
+        }
+        (running.len() == 2).then_some(())
+    })
+    .await;
+    kubectl_ok(
+        &sim,
+        &[
+            "delete",
+            "pod",
+            "live",
+            "start",
+            "-n",
+            "default",
+            "--wait=false",
+        ],
+    )
+    .await;
+    let mut gone = std::collections::BTreeSet::new();
+    until(&mut pods, DEADLINE, "live and start gone", |e| {
+        if let kube_sim::store::WatchEvent::Deleted(p) = e {
+            gone.insert(p["metadata"]["name"].as_str()?.to_string());
+        }
+        (gone.len() == 2).then_some(())
+    })
+    .await;
+
+    let kept = until_event(&sim, "kept", "Killing", |_| true).await;
+    assert_eq!(
+        kept["message"], "Container app failed liveness probe, will be restarted",
+        "the probe kills a container whose pod is not deleted"
+    );
+    for name in ["live", "start"] {
+        let killed = events_of(&sim, name, "Killing").await;
+        let messages: Vec<_> = killed.iter().map(|e| e["message"].clone()).collect();
+        assert_eq!(
+            messages,
+            [json!("Stopping container app")],
+            "{name} was stopped for its deletion, and no probe killed it while it drained"
+        );
+    }
+    sim.shutdown().await;
+    fx.until_no_containers("after shutdown").await;
+}

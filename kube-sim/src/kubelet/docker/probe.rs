@@ -7,7 +7,8 @@
 //! Go's dial errors (`dial tcp 10.0.0.5:8080: connect: connection refused`), `HTTP probe failed with
 //! statuscode: 503`, or what an `exec` command printed. A container killed for its liveness or startup
 //! probe gets the kubelet's `Killing` Event. Until a container's startup probe passes, its readiness and
-//! liveness probes do not run and it is neither started nor ready.
+//! liveness probes do not run and it is neither started nor ready. Once its pod is deleted, its liveness
+//! and startup probes stop and it counts as started, as the kubelet's workers do for a quiet shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
