@@ -45,7 +45,7 @@ pub const UP: dev_env::lifecycle::UpOptions = dev_env::lifecycle::UpOptions {
     recreate: false,
     verbose: false,
     timeout: std::time::Duration::from_secs(120),
-    prune: true,
+    prune: dev_env::apply::Prune::DECLARED,
 };
 
 /// `dev up` of `config` with [`UP`], its events on stderr.

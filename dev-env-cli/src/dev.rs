@@ -35,7 +35,7 @@ impl flags::Up {
                     &config,
                     lifecycle::DryRunOptions {
                         recreate: self.recreate,
-                        prune: !self.no_prune,
+                        prune: self.prune.prune(),
                     },
                 ))?
                 .context("dev up --dry-run")?;
@@ -46,7 +46,7 @@ impl flags::Up {
             recreate: self.recreate,
             verbose: ctx.verbose,
             timeout: UP_TIMEOUT,
-            prune: !self.no_prune,
+            prune: self.prune.prune(),
         };
         let started = std::time::Instant::now();
         let reporter = ctx.reporter(self.json);

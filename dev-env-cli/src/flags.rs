@@ -70,9 +70,8 @@ pub struct Up {
     /// Print the plan, and what would be pruned, and change nothing
     #[arg(long)]
     pub dry_run: bool,
-    /// Keep the objects the manifests no longer declare, for this run
-    #[arg(long)]
-    pub no_prune: bool,
+    #[command(flatten)]
+    pub prune: PruneFlags,
     /// Print what was created, reused and changed as JSON (progress goes to
     /// stderr as JSON lines)
     #[arg(long, conflicts_with = "dry_run")]
@@ -162,6 +161,8 @@ pub struct Watch {
     #[arg(value_name = "COMPONENT")]
     pub components: Vec<String>,
     #[command(flatten)]
+    pub prune: PruneFlags,
+    #[command(flatten)]
     pub rollout: RolloutFlags,
 }
 
@@ -183,11 +184,36 @@ pub struct Reload {
     /// Components to restart [default: all declared]
     #[arg(value_name = "COMPONENT")]
     pub components: Vec<String>,
-    /// Keep the objects the manifests no longer declare, for this run
-    #[arg(long)]
-    pub no_prune: bool,
+    #[command(flatten)]
+    pub prune: PruneFlags,
     #[command(flatten)]
     pub rollout: RolloutFlags,
+}
+
+/// What a run prunes of the objects the manifests no longer declare.
+#[derive(Debug, Args)]
+pub struct PruneFlags {
+    /// Keep the objects the manifests no longer declare, for this run
+    #[arg(long, conflicts_with_all = ["prune_all", "prune_destructive"])]
+    pub no_prune: bool,
+    /// Prune every object applied before even when the manifests declare
+    /// none (refused without it)
+    #[arg(long)]
+    pub prune_all: bool,
+    /// Also prune namespaces and CRDs no longer declared that hold objects
+    /// outside the set, deleting those objects with them (kept without it)
+    #[arg(long)]
+    pub prune_destructive: bool,
+}
+
+impl PruneFlags {
+    pub fn prune(&self) -> dev_env::apply::Prune {
+        dev_env::apply::Prune {
+            enabled: !self.no_prune,
+            all: self.prune_all,
+            destructive: self.prune_destructive,
+        }
+    }
 }
 
 fn parse_port(s: &str) -> Result<dev_env::config::PortForward, String> {

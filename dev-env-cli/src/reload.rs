@@ -26,7 +26,7 @@ impl flags::Reload {
                 deliver::ReloadFlags {
                     timeout: self.rollout.timeout,
                     wait_for_termination: self.rollout.wait_for_termination,
-                    prune: !self.no_prune,
+                    prune: self.prune.prune(),
                 },
                 &bars,
             ))?

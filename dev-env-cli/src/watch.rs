@@ -12,6 +12,7 @@ impl flags::Watch {
             components: self.components,
             timeout: self.rollout.timeout,
             wait_for_termination: self.rollout.wait_for_termination,
+            prune: self.prune.prune(),
         };
         let reporter = match (self.rollout.json, ctx.quiet) {
             (true, _) => report::Terminal::new(report::Style::JsonOut),

@@ -28,7 +28,7 @@ mod prune;
 pub mod pull_secret;
 
 pub use applyset::{ApplySet, Member};
-pub use prune::would_prune;
+pub use prune::{Held, PRUNE_ANNOTATION, Pruning, refuse_everything, would_prune};
 pub use pull_secret::PullSecret;
 
 /// The field manager of everything the harness applies.
@@ -77,6 +77,11 @@ pub enum Error {
         applyset::PART_OF
     )]
     Labelled { at: String, what: String },
+    #[error(
+        "the manifests declare no object, and the environment's ApplySet ({set}) has {count} member(s): nothing was applied or pruned; \
+         check `manifests:` in the environment file, or run again with --prune-all to prune them all"
+    )]
+    PruneEverything { count: usize, set: String },
     #[error(transparent)]
     ApplySet(#[from] applyset::Error),
     #[error(transparent)]
@@ -209,19 +214,54 @@ pub struct Options<'a> {
     pub timeout: Duration,
     /// The set every applied object joins.
     pub set: &'a ApplySet,
-    /// Delete the set's members that the manifests no longer declare.
-    pub prune: bool,
+    /// What to prune of the set's members that the manifests no longer
+    /// declare.
+    pub prune: Prune,
     /// Pull credentials for the components' namespaces, applied once the
     /// namespaces are and before the workloads (`registry.pullSecret`).
     pub pull_secret: Option<&'a PullSecret>,
+}
+
+/// What a run may prune of the set's members that the manifests no longer
+/// declare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prune {
+    /// Prune at all (`--no-prune` clears it).
+    pub enabled: bool,
+    /// Also when the manifests declare no object at all (`--prune-all`).
+    pub all: bool,
+    /// Also Namespaces and CRDs whose deletion would delete objects outside
+    /// the prune (`--prune-destructive`).
+    pub destructive: bool,
+}
+
+impl Prune {
+    /// What the manifests declared away, and nothing that takes more.
+    pub const DECLARED: Prune = Prune {
+        enabled: true,
+        all: false,
+        destructive: false,
+    };
+    /// Nothing (`--no-prune`).
+    pub const OFF: Prune = Prune {
+        enabled: false,
+        all: false,
+        destructive: false,
+    };
+}
+
+impl Default for Prune {
+    fn default() -> Prune {
+        Prune::DECLARED
+    }
 }
 
 /// What [`apply_all`] did.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
     pub applied: Vec<Applied>,
-    /// Members of the set deleted because no manifest declares them.
-    pub pruned: Vec<Member>,
+    /// What happened to the members of the set that no manifest declares.
+    pub pruning: Pruning,
 }
 
 /// Applies `manifests` (already in apply order) with images pinned, all or
@@ -232,13 +272,16 @@ pub struct Report {
 /// established, before any other object is applied.
 ///
 /// Every object joins the environment's ApplySet; once all are applied, the
-/// set's members that no manifest declares any more are pruned.
+/// set's members that no manifest declares any more are pruned (see
+/// [`prune`] for what is kept). Manifests that declare no object while the
+/// set has members change nothing, unless `options.prune.all`.
 pub async fn apply_all(
     client: &Client,
     manifests: &[Manifest],
     options: Options<'_>,
 ) -> Result<Report, Error> {
     let objects = prepare(manifests, options)?;
+    prune::refuse_everything(client, manifests, options.set, options.prune).await?;
     let mut kinds = Kinds::default();
     let declared = Declared::of(&objects);
     let deferred = validate(client, &mut kinds, &objects, &declared, Validation::Now).await?;
@@ -272,18 +315,33 @@ pub async fn apply_all(
         applied.extend(secret.apply(client, &mut kinds).await?);
     }
     applied.extend(apply_each(client, &mut kinds, &rest).await?);
-    let pruned = if options.prune {
-        let declared = prune::members(manifests, &kinds);
-        let pruned = prune::prune(client, &mut kinds, options.set, &scope, &declared).await?;
-        options
-            .set
-            .record(client, &prune::scope_of(manifests, &kinds))
-            .await?;
-        pruned
-    } else {
-        Vec::new()
+    let pruning = match options.prune.enabled {
+        true => prune_undeclared(client, &mut kinds, manifests, &scope, options).await?,
+        false => Pruning::default(),
     };
-    Ok(Report { applied, pruned })
+    Ok(Report { applied, pruning })
+}
+
+/// Prunes the members of the set within `scope` that `manifests` do not
+/// declare, then records what the set spans now: what the manifests put
+/// members in, and the kinds of the members it kept.
+async fn prune_undeclared(
+    client: &Client,
+    kinds: &mut Kinds,
+    manifests: &[Manifest],
+    scope: &applyset::Recorded,
+    options: Options<'_>,
+) -> Result<Pruning, Error> {
+    let declared = prune::members(manifests, kinds);
+    let set = options.set;
+    let pruning = prune::prune(client, kinds, set, scope, &declared, options.prune).await?;
+    let mut now = prune::scope_of(manifests, kinds);
+    for held in &pruning.held {
+        now.kinds.insert(held.member.kind.clone());
+        now.namespaces.extend(held.member.namespace.clone());
+    }
+    set.record(client, &now).await?;
+    Ok(pruning)
 }
 
 /// Applies `objects` in order.

@@ -37,6 +37,8 @@ pub enum Error {
     #[error(transparent)]
     Apply(#[from] apply::Error),
     #[error(transparent)]
+    Targets(#[from] crate::targets::Error),
+    #[error(transparent)]
     Lock(#[from] lock::Error),
     #[error(transparent)]
     UnknownComponent(#[from] crate::config::Error),
@@ -113,8 +115,9 @@ pub struct ReloadFlags {
     pub timeout: Duration,
     /// Hold each wait until old pods are gone, not only terminating.
     pub wait_for_termination: bool,
-    /// Delete what the manifests no longer declare before restarting.
-    pub prune: bool,
+    /// What to prune of what the manifests no longer declare, before
+    /// restarting.
+    pub prune: apply::Prune,
 }
 
 /// A client for the cluster of `config`: the node's `kubeconfig.host`, or
@@ -215,6 +218,12 @@ async fn push_until(
     let started = Instant::now();
     for name in components {
         config.component(name)?;
+    }
+    // A rollout target the manifests do not declare fails the push before
+    // anything is built.
+    if flags.rollout {
+        let manifests = manifest::load(&config.manifests)?;
+        crate::targets::verify(config, components, &manifests).await?;
     }
     let _lock = lock::environment(config, reporter).await?;
     let state = State::load(&config.state_dir())?;
@@ -349,10 +358,15 @@ pub async fn reload(
     }
     let manifests = manifest::load(&config.manifests)?;
     let pull_secret = apply::PullSecret::of(config).map_err(apply::Error::from)?;
-    let _lock = lock::environment(config, reporter).await?;
-    let state = State::load(&config.state_dir())?;
     let client = cluster_client(config).await?;
     let set = apply::ApplySet::of_environment(&config.name);
+    // What the manifests and the configuration say must agree before
+    // anything is applied, pruned or restarted.
+    apply::refuse_everything(&client, &manifests, &set, flags.prune).await?;
+    let outside = crate::targets::check(config, &manifests)?;
+    crate::targets::check_in_cluster(&client, config, outside).await?;
+    let _lock = lock::environment(config, reporter).await?;
+    let state = State::load(&config.state_dir())?;
     let options = apply::Options {
         pins: &apply::pinned_images(config, &state),
         timeout,
@@ -361,10 +375,7 @@ pub async fn reload(
         pull_secret: pull_secret.as_ref(),
     };
     match apply::apply_all(&client, &manifests, options).await {
-        Ok(report) if !report.pruned.is_empty() => reporter.report(&Event::Pruned {
-            objects: report.pruned.iter().map(ToString::to_string).collect(),
-        }),
-        Ok(_) => {}
+        Ok(report) => report.pruning.report(reporter),
         Err(err) => {
             return Err(match node::node_down(config).await {
                 Some(down) => down.into(),

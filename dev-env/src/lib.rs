@@ -30,6 +30,7 @@ pub mod report;
 pub mod rollout;
 pub mod state;
 pub mod status;
+pub mod targets;
 pub mod wait;
 pub mod watch;
 

@@ -60,6 +60,8 @@ pub enum Error {
     #[error(transparent)]
     Apply(#[from] apply::Error),
     #[error(transparent)]
+    Targets(#[from] crate::targets::Error),
+    #[error(transparent)]
     State(#[from] crate::state::Error),
     #[error(transparent)]
     Preflight(Box<crate::preflight::Error>),
@@ -136,8 +138,8 @@ pub struct UpOptions {
     pub verbose: bool,
     /// Deadline of each wait on the cluster.
     pub timeout: Duration,
-    /// Delete what the manifests no longer declare (`--no-prune` skips it).
-    pub prune: bool,
+    /// What to prune of what the manifests no longer declare.
+    pub prune: apply::Prune,
 }
 
 /// What `up` did, step by step, for the user.
@@ -156,6 +158,12 @@ pub struct UpReport {
     /// Objects of the environment's ApplySet that no manifest declares any
     /// more, deleted.
     pub pruned: Vec<apply::Member>,
+    /// Namespaces and CRDs no manifest declares, kept with what deleting
+    /// them would take (`--prune-destructive`).
+    pub held: Vec<apply::Held>,
+    /// Members no manifest declares, annotated `dev-env.io/prune:
+    /// disabled`: out of the set, in place.
+    pub released: Vec<apply::Member>,
 }
 
 impl UpReport {
@@ -192,6 +200,8 @@ impl UpReport {
             "pushed": self.pushed,
             "applied": self.applied.iter().map(|a| serde_json::json!({"object": a.name, "changed": a.changed})).collect::<Vec<_>>(),
             "pruned": self.pruned.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "pruneHeld": self.held.iter().map(|h| serde_json::json!({"object": h.member.to_string(), "takes": h.takes})).collect::<Vec<_>>(),
+            "pruneReleased": self.released.iter().map(ToString::to_string).collect::<Vec<_>>(),
         })
     }
 }
@@ -255,6 +265,8 @@ pub async fn up(
     // Everything that can be wrong with the input is found before anything
     // is changed.
     let manifests = manifest::load(&config.manifests)?;
+    refuse_pruning_everything(config, &manifests, options.prune).await?;
+    crate::targets::verify(config, config.components.keys(), &manifests).await?;
     let pull_secret = apply::PullSecret::of(config).map_err(apply::Error::from)?;
     let docker = docker::connect().await?;
     // Read-only checks first: a refused run leaves not even a lock file.
@@ -299,11 +311,7 @@ pub async fn up(
         objects: applied.len(),
         changed,
     });
-    if !report.pruned.is_empty() {
-        reporter.report(&Event::Pruned {
-            objects: report.pruned.iter().map(ToString::to_string).collect(),
-        });
-    }
+    report.pruning.report(reporter);
     let probe = (config.cluster.provider != Provider::Existing).then(|| NodeProbe {
         docker: docker.clone(),
         container: config.node_name(),
@@ -320,8 +328,40 @@ pub async fn up(
         recreated: drifts,
         pushed,
         applied,
-        pruned: report.pruned,
+        pruned: report.pruning.deleted,
+        held: report.pruning.held,
+        released: report.pruning.released,
     })
+}
+
+/// Whether the environment has a cluster to ask: an existing one, or a
+/// node `dev up` made (its host kubeconfig is written).
+pub(crate) fn has_cluster(config: &Config) -> bool {
+    match config.cluster.provider {
+        Provider::Existing => true,
+        _ => config.state_dir().join(kubeconfig::HOST_FILE).is_file(),
+    }
+}
+
+/// Refuses manifests that declare no object while the environment's
+/// ApplySet has members, before anything is built or changed, when the
+/// cluster is up to be asked. The apply makes the same check before it
+/// changes anything, so a cluster that cannot be reached yet (a stopped
+/// node that `up` starts) is asked there.
+async fn refuse_pruning_everything(
+    config: &Config,
+    manifests: &[manifest::Manifest],
+    prune: apply::Prune,
+) -> Result<(), Error> {
+    if !manifests.is_empty() || !prune.enabled || prune.all || !has_cluster(config) {
+        return Ok(());
+    }
+    let Ok(client) = crate::deliver::cluster_client(config).await else {
+        return Ok(());
+    };
+    let set = apply::ApplySet::of_environment(&config.name);
+    apply::refuse_everything(&client, manifests, &set, prune).await?;
+    Ok(())
 }
 
 /// Removes what `--recreate` replaces: the node and the registry hold the

@@ -92,6 +92,17 @@ pub enum Event {
     Pruned {
         objects: Vec<String>,
     },
+    /// A Namespace or CRD no manifest declares, kept: deleting it would
+    /// delete `takes` too, which the prune does not (`--prune-destructive`).
+    PruneHeld {
+        object: String,
+        takes: Vec<String>,
+    },
+    /// A member no manifest declares, annotated `dev-env.io/prune:
+    /// disabled`: it left the set and stays.
+    PruneReleased {
+        object: String,
+    },
     /// A component's progress through push-image or reload.
     Component {
         component: String,
@@ -265,6 +276,19 @@ impl fmt::Display for Event {
                     objects.join(", ")
                 )
             }
+            Event::PruneHeld { object, takes } => {
+                write!(
+                    f,
+                    "kept     {object}, no longer declared: deleting it would delete {} object(s) outside the set: {}; \
+                     run with --prune-destructive to prune it and them",
+                    takes.len(),
+                    takes_list(takes)
+                )
+            }
+            Event::PruneReleased { object } => write!(
+                f,
+                "kept     {object}, no longer declared: annotated dev-env.io/prune: disabled, it leaves the set"
+            ),
             Event::Component {
                 component,
                 phase,
@@ -326,6 +350,21 @@ impl fmt::Display for Event {
     }
 }
 
+/// The first few of `objects`, and how many more.
+fn takes_list(objects: &[String]) -> String {
+    const SHOWN: usize = 5;
+    let mut text = objects
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if objects.len() > SHOWN {
+        text.push_str(&format!(" and {} more", objects.len() - SHOWN));
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -361,6 +400,21 @@ mod tests {
                     changed: 0,
                 },
                 "applied  8 objects (0 changed)",
+            ),
+            (
+                Event::PruneHeld {
+                    object: "Namespace/shop".into(),
+                    takes: (1..=7).map(|i| format!("Secret/shop/s{i}")).collect(),
+                },
+                "kept     Namespace/shop, no longer declared: deleting it would delete 7 object(s) outside the set: \
+                 Secret/shop/s1, Secret/shop/s2, Secret/shop/s3, Secret/shop/s4, Secret/shop/s5 and 2 more; \
+                 run with --prune-destructive to prune it and them",
+            ),
+            (
+                Event::PruneReleased {
+                    object: "ConfigMap/shop/keep".into(),
+                },
+                "kept     ConfigMap/shop/keep, no longer declared: annotated dev-env.io/prune: disabled, it leaves the set",
             ),
             (
                 Event::Component {

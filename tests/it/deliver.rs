@@ -20,7 +20,7 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 const RELOAD: deliver::ReloadFlags = deliver::ReloadFlags {
     timeout: TIMEOUT,
     wait_for_termination: false,
-    prune: true,
+    prune: dev_env::apply::Prune::DECLARED,
 };
 
 /// What runs the app.

@@ -128,7 +128,10 @@ fn removed_manifests_are_pruned_and_objects_made_by_hand_stay() {
     let kept = runtime()
         .block_on(lifecycle::up(
             &config,
-            UpOptions { prune: false, ..UP },
+            UpOptions {
+                prune: dev_env::apply::Prune::OFF,
+                ..UP
+            },
             &Stderr,
         ))
         .expect("dev up --no-prune");
@@ -152,7 +155,7 @@ fn kubectl_applyset_prune_agrees_and_a_dry_run_changes_nothing() {
     std::fs::remove_file(env.dir.join("manifests/20-gone.yaml")).unwrap();
     let options = DryRunOptions {
         recreate: false,
-        prune: true,
+        prune: dev_env::apply::Prune::DECLARED,
     };
     let dry = runtime()
         .block_on(lifecycle::dry_run(&config, options))

@@ -199,6 +199,7 @@ impl Session {
                 components: Vec::new(),
                 timeout: Duration::from_secs(120),
                 wait_for_termination: false,
+                prune: dev_env::apply::Prune::DECLARED,
             };
             let stop = async {
                 let _ = stopped.await;

@@ -13,7 +13,7 @@
 //! Pruning deletes the members the manifests no longer declare, found by
 //! that label alone, so nothing outside the set is ever touched.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -343,6 +343,14 @@ pub struct Served {
     pub scope: Scope,
 }
 
+/// A member no manifest declares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undeclared {
+    pub member: Member,
+    /// Annotated `dev-env.io/prune: disabled`: never deleted.
+    pub prune_disabled: bool,
+}
+
 /// The members of `set` among `served` kinds, in `namespaces` for
 /// namespaced kinds, that `declared` does not hold: what a prune deletes,
 /// namespaces last.
@@ -352,9 +360,9 @@ pub async fn undeclared(
     served: &[Served],
     namespaces: &BTreeSet<String>,
     declared: &BTreeSet<Member>,
-) -> Result<Vec<Member>, Error> {
+) -> Result<Vec<Undeclared>, Error> {
     let params = ListParams::default().labels(&set.selector());
-    let mut found = BTreeSet::new();
+    let mut found = BTreeMap::new();
     for kind in served {
         let apis: Vec<(Option<&String>, Api<DynamicObject>)> = match kind.scope {
             Scope::Cluster => vec![(None, Api::all_with(client.clone(), &kind.resource))],
@@ -372,17 +380,53 @@ pub async fn undeclared(
             let what = format!("listing the ApplySet's {} members", kind.kind);
             let list = api.list_metadata(&params).await.map_err(Error::api(what))?;
             for item in list.items {
-                found.insert(Member {
+                let disabled = item
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(super::prune::PRUNE_ANNOTATION))
+                    .is_some_and(|v| v == super::prune::PRUNE_DISABLED);
+                let member = Member {
                     kind: kind.kind.clone(),
                     namespace: ns.cloned(),
                     name: item.metadata.name.unwrap_or_default(),
-                });
+                };
+                found.insert(member, disabled);
             }
         }
     }
-    let mut prune: Vec<Member> = found.difference(declared).cloned().collect();
-    prune.sort_by_key(Member::prune_order);
+    let mut prune: Vec<Undeclared> = found
+        .into_iter()
+        .filter(|(member, _)| !declared.contains(member))
+        .map(|(member, prune_disabled)| Undeclared {
+            member,
+            prune_disabled,
+        })
+        .collect();
+    prune.sort_by_key(|u| u.member.prune_order());
     Ok(prune)
+}
+
+/// Takes `member` out of the set, leaving it in place: its member label
+/// goes (a JSON merge patch, whoever manages the rest of it), so neither
+/// dev-env nor `kubectl apply --prune` prunes it again.
+pub async fn release(client: &Client, served: &Served, member: &Member) -> Result<(), Error> {
+    let api: Api<DynamicObject> = match &member.namespace {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &served.resource),
+        None => Api::all_with(client.clone(), &served.resource),
+    };
+    let patch = json!({"metadata": {"labels": {PART_OF: null}}});
+    match api
+        .patch(&member.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(error) => Err(Error::Api {
+            what: format!("taking {member} out of the ApplySet"),
+            error,
+        }),
+    }
 }
 
 /// Deletes `member` with background propagation; one already gone counts.

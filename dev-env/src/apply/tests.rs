@@ -86,3 +86,55 @@ fn repository_of_strips_tags_and_digests_but_not_ports() {
     );
     assert_eq!(repository_of("reg:5000/w:dev@sha256:ab"), "reg:5000/w");
 }
+
+#[test]
+fn what_a_namespace_holds_in_its_own_right_counts_against_pruning_it() {
+    use super::applyset::GroupKind;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+    let meta = |name: &str| ObjectMeta {
+        name: Some(name.to_string()),
+        ..ObjectMeta::default()
+    };
+    let kind = |api_version: &str, kind: &str| GroupKind::of(api_version, kind);
+    let incidental = super::prune::incidental;
+    // Made by hand, or by an application: counted.
+    assert!(!incidental(&kind("v1", "Secret"), &meta("precious")));
+    assert!(!incidental(
+        &kind("coordination.k8s.io/v1", "Lease"),
+        &meta("leader")
+    ));
+    assert!(!incidental(&kind("v1", "ServiceAccount"), &meta("robot")));
+    // Owned by another object (counted through it), derived, or made for
+    // every namespace: not counted.
+    let owned = ObjectMeta {
+        owner_references: Some(vec![OwnerReference {
+            name: String::from("web-5f7d"),
+            ..OwnerReference::default()
+        }]),
+        ..meta("web-5f7d-x2x9q")
+    };
+    assert!(incidental(&kind("v1", "Pod"), &owned));
+    assert!(incidental(&kind("v1", "Event"), &meta("web.17f")));
+    assert!(incidental(
+        &kind("events.k8s.io/v1", "Event"),
+        &meta("web.17f")
+    ));
+    assert!(incidental(&kind("v1", "Endpoints"), &meta("web")));
+    assert!(incidental(&kind("v1", "ServiceAccount"), &meta("default")));
+    assert!(incidental(
+        &kind("v1", "ConfigMap"),
+        &meta("kube-root-ca.crt")
+    ));
+    // dev-env's own pull secret.
+    let pull_secret = ObjectMeta {
+        labels: Some(
+            [(
+                "app.kubernetes.io/managed-by".to_string(),
+                "dev-env".to_string(),
+            )]
+            .into(),
+        ),
+        ..meta("shop-registry-credentials")
+    };
+    assert!(incidental(&kind("v1", "Secret"), &pull_secret));
+}

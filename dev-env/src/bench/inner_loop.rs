@@ -190,7 +190,7 @@ impl Bench {
             recreate: false,
             verbose: false,
             timeout: LOOP_TIMEOUT,
-            prune: true,
+            prune: crate::apply::Prune::DECLARED,
         };
         lifecycle::up(&self.config, options, &Silent)
             .await

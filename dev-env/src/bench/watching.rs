@@ -69,6 +69,7 @@ where
         components: vec![String::from("app")],
         timeout: SAVE_TIMEOUT,
         wait_for_termination: false,
+        prune: crate::apply::Prune::DECLARED,
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let session = watch::run(file, &options, &clock, async {

@@ -3,11 +3,11 @@
 
 use std::fmt;
 
-use super::{Error, drift};
+use super::{Error, drift, has_cluster};
 use crate::{
-    apply::{self, ApplySet, Member},
+    apply::{self, ApplySet, Pruning},
     config::Config,
-    docker, kubeconfig, manifest,
+    docker, manifest,
     plan::Plan,
     state::State,
 };
@@ -18,9 +18,9 @@ pub struct DryRun {
     pub plan: Plan,
     /// The drift of what exists, or why it could not be compared.
     pub drift: Result<Vec<crate::plan::Drift>, Error>,
-    /// What a prune would delete (`None`: no cluster to ask yet), or why
-    /// it could not be asked.
-    pub prune: Result<Option<Vec<Member>>, String>,
+    /// What a prune would do (`None`: no cluster to ask yet), or why it
+    /// would not or could not be asked.
+    pub prune: Result<Option<Pruning>, String>,
     pub options: DryRunOptions,
 }
 
@@ -29,8 +29,9 @@ pub struct DryRun {
 pub struct DryRunOptions {
     /// `--recreate`.
     pub recreate: bool,
-    /// Whether it would prune (not `--no-prune`).
-    pub prune: bool,
+    /// What it would prune (`--no-prune`, `--prune-all`,
+    /// `--prune-destructive`).
+    pub prune: apply::Prune,
 }
 
 /// Reads the config's state and manifests and compares what exists with
@@ -39,7 +40,8 @@ pub struct DryRunOptions {
 pub async fn dry_run(config: &Config, options: DryRunOptions) -> Result<DryRun, Error> {
     let state = State::load(&config.state_dir())?;
     let manifests = manifest::load(&config.manifests)?;
-    let prune = would_prune(config, &manifests).await;
+    crate::targets::verify(config, config.components.keys(), &manifests).await?;
+    let prune = would_prune(config, &manifests, options.prune).await;
     let plan = Plan::new(config, &state, manifests);
     let drift = match docker::connect().await {
         Ok(docker) => drift(&docker, config).await,
@@ -53,24 +55,22 @@ pub async fn dry_run(config: &Config, options: DryRunOptions) -> Result<DryRun, 
     })
 }
 
-/// The members of the environment's ApplySet the manifests no longer
-/// declare; `None` when the environment has no cluster yet.
+/// What a prune of the members of the environment's ApplySet the
+/// manifests no longer declare would do; `None` when the environment has
+/// no cluster yet.
 async fn would_prune(
     config: &Config,
     manifests: &[manifest::Manifest],
-) -> Result<Option<Vec<Member>>, String> {
-    let exists = match config.cluster.provider {
-        crate::config::Provider::Existing => true,
-        _ => config.state_dir().join(kubeconfig::HOST_FILE).is_file(),
-    };
-    if !exists {
+    prune: apply::Prune,
+) -> Result<Option<Pruning>, String> {
+    if !has_cluster(config) {
         return Ok(None);
     }
     let client = crate::deliver::cluster_client(config)
         .await
         .map_err(|e| crate::error_chain(&e))?;
     let set = ApplySet::of_environment(&config.name);
-    apply::would_prune(&client, manifests, &set)
+    apply::would_prune(&client, manifests, &set, prune)
         .await
         .map(Some)
         .map_err(|e| crate::error_chain(&e))
@@ -97,24 +97,46 @@ impl fmt::Display for DryRun {
         }
         match &self.prune {
             Ok(None) => {}
-            Ok(Some(members)) if members.is_empty() => writeln!(
-                f,
-                "nothing to prune: every object applied before is still declared"
-            )?,
-            Ok(Some(members)) => {
-                let verb = if self.options.prune {
-                    "would be pruned"
-                } else {
-                    "no longer declared, kept (--no-prune)"
-                };
-                for m in members {
-                    writeln!(f, "{m}: {verb}")?;
-                }
-                writeln!(f, "{} object(s) {verb}", members.len())?;
-            }
-            Err(e) => writeln!(f, "cannot tell what would be pruned: {e}")?,
+            Ok(Some(pruning)) => self.fmt_pruning(f, pruning)?,
+            Err(e) => writeln!(f, "would not prune: {e}")?,
         }
         writeln!(f, "dry run: nothing was changed")
+    }
+}
+
+impl DryRun {
+    fn fmt_pruning(&self, f: &mut fmt::Formatter<'_>, pruning: &Pruning) -> fmt::Result {
+        if pruning == &Pruning::default() {
+            return writeln!(
+                f,
+                "nothing to prune: every object applied before is still declared"
+            );
+        }
+        let verb = if self.options.prune.enabled {
+            "would be pruned"
+        } else {
+            "no longer declared, kept (--no-prune)"
+        };
+        for m in &pruning.deleted {
+            writeln!(f, "{m}: {verb}")?;
+        }
+        for held in &pruning.held {
+            writeln!(
+                f,
+                "{}: would be kept: deleting it would delete {} object(s) outside the set ({}); --prune-destructive prunes it",
+                held.member,
+                held.takes.len(),
+                held.takes.join(", ")
+            )?;
+        }
+        for m in &pruning.released {
+            writeln!(
+                f,
+                "{m}: would leave the set and stay ({}: disabled)",
+                apply::PRUNE_ANNOTATION
+            )?;
+        }
+        writeln!(f, "{} object(s) {verb}", pruning.deleted.len())
     }
 }
 
@@ -162,14 +184,17 @@ mod tests {
                     now: String::from("10.1.0.0/24"),
                 }],
             }]),
-            prune: Ok(Some(vec![Member {
-                kind: apply::applyset::GroupKind::of("v1", "ConfigMap"),
-                namespace: Some(String::from("shop")),
-                name: String::from("old"),
-            }])),
+            prune: Ok(Some(Pruning {
+                deleted: vec![apply::Member {
+                    kind: apply::applyset::GroupKind::of("v1", "ConfigMap"),
+                    namespace: Some(String::from("shop")),
+                    name: String::from("old"),
+                }],
+                ..Pruning::default()
+            })),
             options: DryRunOptions {
                 recreate: true,
-                prune: true,
+                prune: apply::Prune::DECLARED,
             },
         };
         let text = drifted.to_string();

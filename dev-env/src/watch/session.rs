@@ -71,6 +71,8 @@ pub struct WatchOptions {
     pub timeout: Duration,
     /// Hold each wait until old pods are gone, not only terminating.
     pub wait_for_termination: bool,
+    /// What each `dev up` of the session prunes.
+    pub prune: crate::apply::Prune,
 }
 
 /// One component's run: what it was, and when the save that started it came.
@@ -128,7 +130,7 @@ pub async fn run(
         recreate: false,
         verbose: false,
         timeout: options.timeout,
-        prune: true,
+        prune: options.prune,
     };
     lifecycle::up(&config, up, reporter).await?;
     let mut forwarders = Vec::new();
@@ -314,7 +316,7 @@ impl<'a> Loop<'a> {
             recreate: false,
             verbose: false,
             timeout: self.options.timeout,
-            prune: true,
+            prune: self.options.prune,
         }
     }
 
