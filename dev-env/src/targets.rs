@@ -325,7 +325,11 @@ fn closest<'a, T>(
 
 /// The `manifests:` entries as paths relative to the environment file.
 fn read(config: &Config) -> String {
-    let entries: Vec<String> = config.manifests.iter().map(|p| shown(config, p)).collect();
+    let entries: Vec<String> = config
+        .manifests
+        .iter()
+        .map(|p| format!("`{}`", shown(config, p)))
+        .collect();
     entries.join(", ")
 }
 

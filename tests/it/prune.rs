@@ -464,6 +464,15 @@ fn a_mistyped_rollout_target_fails_up_and_push_before_any_build_apply_or_prune()
         "{text}"
     );
 
+    let dry = runtime()
+        .block_on(lifecycle::dry_run(&config, DryRunOptions::default()))
+        .expect("dev up --dry-run")
+        .to_string();
+    assert!(
+        dry.contains("would stop before changing anything:\n") && dry.contains(want),
+        "{dry}"
+    );
+
     let flags = dev_env::deliver::PushFlags {
         rollout: true,
         timeout: std::time::Duration::from_secs(60),
@@ -492,7 +501,10 @@ fn a_mistyped_rollout_target_fails_up_and_push_before_any_build_apply_or_prune()
         .block_on(registry.get_manifest(&pushed.repository, dev_env::image::DEV_TAG))
         .unwrap()
         .expect("the pushed tag");
-    assert_eq!(tagged.digest_header.as_deref(), Some(pushed.digest.as_str()));
+    assert_eq!(
+        tagged.digest_header.as_deref(),
+        Some(pushed.digest.as_str())
+    );
     assert_eq!(versions(&env, kinds), before);
     assert!(exists(&env, &["-n", "app", "configmap", "extra"]));
 }

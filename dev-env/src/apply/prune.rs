@@ -414,9 +414,9 @@ fn listing(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 /// Whether an object in a namespace goes with what made it rather than
 /// counting on its own: objects with an owner (a ReplicaSet's pods; their
 /// owner is counted), Events, the endpoints the cluster derives from
-/// Services, what every namespace gets (the `default` ServiceAccount, the
-/// `kube-root-ca.crt` ConfigMap), and what dev-env made there (the pull
-/// secret of `registry.pullSecret`).
+/// Services, the metrics server's view of pods, what every namespace gets
+/// (the `default` ServiceAccount, the `kube-root-ca.crt` ConfigMap), and
+/// what dev-env made there (the pull secret of `registry.pullSecret`).
 pub(crate) fn incidental(kind: &GroupKind, meta: &ObjectMeta) -> bool {
     let name = meta.name.as_deref().unwrap_or_default();
     let owned = meta
@@ -434,6 +434,7 @@ pub(crate) fn incidental(kind: &GroupKind, meta: &ObjectMeta) -> bool {
             | ("events.k8s.io", "Event")
             | ("", "Endpoints")
             | ("discovery.k8s.io", "EndpointSlice")
+            | ("metrics.k8s.io", _)
     );
     let per_namespace = matches!(
         (kind.group.as_str(), kind.kind.as_str(), name),

@@ -120,6 +120,10 @@ fn what_a_namespace_holds_in_its_own_right_counts_against_pruning_it() {
         &meta("web.17f")
     ));
     assert!(incidental(&kind("v1", "Endpoints"), &meta("web")));
+    assert!(incidental(
+        &kind("metrics.k8s.io/v1beta1", "PodMetrics"),
+        &meta("web-5f7d-x2x9q")
+    ));
     assert!(incidental(&kind("v1", "ServiceAccount"), &meta("default")));
     assert!(incidental(
         &kind("v1", "ConfigMap"),

@@ -18,6 +18,9 @@ pub struct DryRun {
     pub plan: Plan,
     /// The drift of what exists, or why it could not be compared.
     pub drift: Result<Vec<crate::plan::Drift>, Error>,
+    /// Why `dev up` would stop before changing anything: components whose
+    /// rollout targets the manifests do not declare.
+    pub targets: Result<(), crate::targets::Error>,
     /// What a prune would do (`None`: no cluster to ask yet), or why it
     /// would not or could not be asked.
     pub prune: Result<Option<Pruning>, String>,
@@ -40,7 +43,7 @@ pub struct DryRunOptions {
 pub async fn dry_run(config: &Config, options: DryRunOptions) -> Result<DryRun, Error> {
     let state = State::load(&config.state_dir())?;
     let manifests = manifest::load(&config.manifests)?;
-    crate::targets::verify(config, config.components.keys(), &manifests).await?;
+    let targets = crate::targets::verify(config, config.components.keys(), &manifests).await;
     let prune = would_prune(config, &manifests, options.prune).await;
     let plan = Plan::new(config, &state, manifests);
     let drift = match docker::connect().await {
@@ -50,6 +53,7 @@ pub async fn dry_run(config: &Config, options: DryRunOptions) -> Result<DryRun, 
     Ok(DryRun {
         plan,
         drift,
+        targets,
         prune,
         options,
     })
@@ -94,6 +98,9 @@ impl fmt::Display for DryRun {
                 writeln!(f, "{} drifted object(s) {verb}", drifts.len())?;
             }
             Err(e) => writeln!(f, "cannot compare with what exists: {e}")?,
+        }
+        if let Err(e) = &self.targets {
+            writeln!(f, "would stop before changing anything:\n{e}")?;
         }
         match &self.prune {
             Ok(None) => {}
@@ -159,6 +166,7 @@ mod tests {
         let clean = DryRun {
             plan: plan.clone(),
             drift: Ok(Vec::new()),
+            targets: Ok(()),
             prune: Ok(None),
             options: DryRunOptions::default(),
         };
@@ -184,6 +192,7 @@ mod tests {
                     now: String::from("10.1.0.0/24"),
                 }],
             }]),
+            targets: Ok(()),
             prune: Ok(Some(Pruning {
                 deleted: vec![apply::Member {
                     kind: apply::applyset::GroupKind::of("v1", "ConfigMap"),

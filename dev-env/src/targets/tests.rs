@@ -44,7 +44,7 @@ fn a_typo_in_a_target_names_the_component_the_key_and_the_close_name() {
     let at = config.locate("components.worker.rollout.name");
     assert!(
         text.starts_with(&format!(
-            "{at}: component `worker` rolls out WorkerPool demo/defualt, which the manifests do not declare (read manifests: 2 object(s)); did you mean WorkerPool/demo/default (manifests/app.yaml:9)?"
+            "{at}: component `worker` rolls out WorkerPool demo/defualt, which the manifests do not declare (read `manifests`: 2 object(s)); did you mean WorkerPool/demo/default (manifests/app.yaml:9)?"
         )),
         "{text}"
     );
@@ -92,7 +92,7 @@ fn empty_manifests_declare_no_target() {
     let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
     assert_eq!(problems.len(), 2, "{text:?}");
     for line in &text {
-        assert!(line.contains("(read manifests: 0 object(s))"), "{line}");
+        assert!(line.contains("(read `manifests`: 0 object(s))"), "{line}");
     }
 }
 
