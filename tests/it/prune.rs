@@ -30,11 +30,15 @@ fn map(name: &str) -> String {
     )
 }
 
+/// The environment's host kubeconfig.
+fn kubeconfig(env: &SimProject) -> std::path::PathBuf {
+    env.dir
+        .join(format!(".dev-env/{}/kubeconfig.host", env.name))
+}
+
 fn kubectl(env: &SimProject, args: &[&str]) -> String {
     let sh = Shell::new().unwrap();
-    let kc = env
-        .dir
-        .join(format!(".dev-env/{}/kubeconfig.host", env.name));
+    let kc = kubeconfig(env);
     cmd!(sh, "kubectl --kubeconfig {kc} {args...}")
         .read()
         .unwrap()
@@ -45,9 +49,7 @@ fn kubectl(env: &SimProject, args: &[&str]) -> String {
 fn kubectl_prune(env: &SimProject) -> String {
     let parent = dev_env::apply::ApplySet::of_environment(&env.name).kubectl_ref();
     let sh = Shell::new().unwrap();
-    let kc = env
-        .dir
-        .join(format!(".dev-env/{}/kubeconfig.host", env.name));
+    let kc = kubeconfig(env);
     let manifests = env.dir.join("manifests");
     cmd!(
         sh,
@@ -224,9 +226,7 @@ fn shop_with_strangers() -> SimProject {
 /// Whether `kubectl get <what>` finds it.
 fn exists(env: &SimProject, what: &[&str]) -> bool {
     let sh = Shell::new().unwrap();
-    let kc = env
-        .dir
-        .join(format!(".dev-env/{}/kubeconfig.host", env.name));
+    let kc = kubeconfig(env);
     cmd!(sh, "kubectl --kubeconfig {kc} get {what...} -o name")
         .quiet()
         .ignore_stderr()
