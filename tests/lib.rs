@@ -59,7 +59,11 @@ pub fn up(
 /// manifest's digest and the digest the registry stated on the push.
 pub async fn push_tiny(host: &str, repo: &str) -> (String, Option<String>) {
     let client = dev_env::image::distribution::Client::new(host);
-    let tiny = dev_env::image::oci::binary_image("tiny", b"tiny".to_vec());
+    let tiny = dev_env::image::oci::binary_image(
+        "tiny",
+        b"tiny".to_vec(),
+        &dev_env::platform::Platform::linux(std::env::consts::ARCH),
+    );
     for blob in tiny.blobs() {
         client
             .upload_blob(repo, &blob.digest, blob.bytes.clone())
@@ -76,6 +80,16 @@ pub async fn push_tiny(host: &str, repo: &str) -> (String, Option<String>) {
         .await
         .expect("the registry takes the manifest");
     (tiny.manifest.digest, stated)
+}
+
+/// How `components` of `config` are built for a cluster of this
+/// machine's platform (the engine runs here).
+pub fn builds_here(
+    config: &dev_env::config::Config,
+    components: &[String],
+) -> dev_env::image::builds::Builds {
+    let here = dev_env::platform::Platform::linux(std::env::consts::ARCH);
+    dev_env::image::builds::plan(config, components, &here).expect("this machine builds for itself")
 }
 
 /// The repository root.

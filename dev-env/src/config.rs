@@ -193,7 +193,7 @@ pub struct Component {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Build {
     /// `cargo build` of a static binary, packed into an image without a daemon.
-    Cargo { package: String, bin: String },
+    Cargo(CargoBinary),
     /// A Dockerfile build through the engine.
     Docker {
         /// Absolute path of the build context.
@@ -208,12 +208,21 @@ pub enum Build {
     },
 }
 
-/// A workspace package's binary.
+/// A workspace package's binary, and how it is built.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CargoBinary {
     pub package: String,
     pub bin: String,
+    /// The cargo profile (`build.cargo.profile`): `dev` unless declared,
+    /// as `cargo run` builds, incremental.
+    pub profile: String,
+    /// The Rust target triple (`build.cargo.target`); `None`: the one the
+    /// cluster's platform calls for.
+    pub target: Option<String>,
 }
+
+/// The profile a cargo build uses unless `build.cargo.profile` says.
+pub const DEFAULT_PROFILE: &str = "dev";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum RolloutKind {

@@ -39,6 +39,8 @@ pub enum Error {
     #[error(transparent)]
     Targets(#[from] crate::targets::Error),
     #[error(transparent)]
+    Builds(#[from] image::builds::Error),
+    #[error(transparent)]
     Lock(#[from] lock::Error),
     #[error(transparent)]
     UnknownComponent(#[from] crate::config::Error),
@@ -65,6 +67,9 @@ pub struct Outcome {
     pub image: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
+    /// The cargo profile the image's binary was built with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
     pub uploaded_bytes: u64,
     pub skipped_blobs: usize,
     /// Whether the workload was patched (false when it already ran the
@@ -87,6 +92,7 @@ impl Outcome {
             component: component.to_string(),
             image: None,
             digest: None,
+            profile: None,
             uploaded_bytes: 0,
             skipped_blobs: 0,
             rolled_out: false,
@@ -225,6 +231,13 @@ async fn push_until(
         let manifests = manifest::load(&config.manifests)?;
         crate::targets::verify(config, components, &manifests).await?;
     }
+    // So does a machine that cannot build for the cluster's platform (as
+    // the last `dev up` found it).
+    let platform = match State::load(&config.state_dir())?.platform {
+        Some(platform) => platform,
+        None => image::builds::cluster_platform(config, None).await?,
+    };
+    let builds = image::builds::plan(config, components, &platform)?;
     let _lock = lock::environment(config, reporter).await?;
     let state = State::load(&config.state_dir())?;
     let registry = registry::client(config, &registry::host(config, &state)?).map_err(Box::new)?;
@@ -236,6 +249,7 @@ async fn push_until(
         &registry,
         components,
         PushOptions {
+            builds: &builds,
             output: flags.verbose.then_some(reporter),
             progress: Some(reporter),
             cancel,
@@ -258,6 +272,7 @@ async fn push_until(
             Ok(p) => {
                 outcome.image = Some(image::cluster_reference(config, &p.image, &p.digest));
                 outcome.digest = Some(p.digest.clone());
+                outcome.profile.clone_from(&p.profile);
                 outcome.uploaded_bytes = p.uploaded_bytes;
                 outcome.skipped_blobs = p.skipped_blobs;
                 let phase = if flags.rollout {
@@ -409,6 +424,7 @@ pub async fn reload(
         .map(|(name, result)| {
             let mut outcome = Outcome::new(name);
             outcome.digest = state.images.get(name).map(|p| p.digest.clone());
+            outcome.profile = state.images.get(name).and_then(|p| p.profile.clone());
             merge(&mut outcome, result);
             outcome.elapsed_ms = started.elapsed().as_millis() as u64;
             outcome
@@ -531,8 +547,10 @@ impl std::fmt::Display for Outcome {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let o = self;
         let mut parts = vec![o.component.clone()];
-        if let Some(digest) = &o.digest {
-            parts.push(digest.clone());
+        match (&o.digest, &o.profile) {
+            (Some(digest), Some(profile)) => parts.push(format!("{digest} ({profile})")),
+            (Some(digest), None) => parts.push(digest.clone()),
+            _ => {}
         }
         if o.uploaded_bytes > 0 || o.skipped_blobs > 0 {
             parts.push(format!(
@@ -578,6 +596,7 @@ mod tests {
             "component": "worker",
             "image": "demo-registry:5000/demo/worker@sha256:ab",
             "digest": "sha256:ab",
+            "profile": "dev",
             "uploadedBytes": 1536,
             "skippedBlobs": 1,
             "rolledOut": true,
@@ -596,6 +615,7 @@ mod tests {
             "component",
             "image",
             "digest",
+            "profile",
             "uploadedBytes",
             "skippedBlobs",
             "rolledOut",
@@ -608,7 +628,7 @@ mod tests {
         assert!(json.get("error").is_none());
         assert_eq!(
             o.to_string(),
-            "worker  sha256:ab  uploaded 1.5 kB, 1 blob(s) already there  rolled out  2 pod(s) ready in 1.2s  2.5s"
+            "worker  sha256:ab (dev)  uploaded 1.5 kB, 1 blob(s) already there  rolled out  2 pod(s) ready in 1.2s  2.5s"
         );
     }
 }

@@ -11,6 +11,7 @@
 //! and the digest the build reported must all agree ([`verify`]); anything
 //! else is an error. Only verified pushes reach the state file.
 
+pub mod builds;
 pub mod cargo;
 pub mod context;
 pub mod credentials;
@@ -101,6 +102,8 @@ pub enum Error {
         #[source]
         source: crate::state::Error,
     },
+    #[error("component `{component}`: no target was decided for its cargo build")]
+    Unplanned { component: String },
     #[error("cannot tell the git commit of {}; is it a git checkout with `git` installed?", dir.display())]
     Vcs {
         dir: PathBuf,
@@ -119,6 +122,8 @@ pub struct PushOptions<'a> {
     pub progress: Option<&'a dyn crate::report::Reporter>,
     /// Set to stop the builds.
     pub cancel: Option<&'a cargo::Cancel>,
+    /// The platform, and each component's target ([`builds::plan`]).
+    pub builds: &'a builds::Builds,
 }
 
 /// A verified push of one component.
@@ -137,6 +142,9 @@ pub struct Pushed {
     pub uploaded_blobs: usize,
     /// Blobs the registry already had.
     pub skipped_blobs: usize,
+    /// The cargo profile its binary was built with, when it builds one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
     #[serde(skip)]
     pub elapsed: Duration,
 }
@@ -200,6 +208,7 @@ pub fn record(state_dir: &Path, pushed: &[&Pushed]) -> Result<(), Error> {
                 PushedImage {
                     digest: it.digest.clone(),
                     repository: it.image.clone(),
+                    profile: it.profile.clone(),
                 },
             );
         }
@@ -231,14 +240,25 @@ pub async fn push_component(
         .get_manifest(target.repo, DEV_TAG)
         .await
         .map_err(|e| target.push_error(e))?;
+    let target_of = || {
+        options
+            .builds
+            .target(name)
+            .cloned()
+            .ok_or_else(|| Error::Unplanned {
+                component: name.to_string(),
+            })
+    };
     let upload = match &component.build {
-        Build::Cargo { package, bin } => {
+        Build::Cargo(binary) => {
             let build = cargo::CargoBuild {
                 root: &config.root,
                 target_dir: config.root.join(cargo::TARGET_DIR),
-                package,
-                bin,
-                profile: cargo::Profile::COMPONENT,
+                package: &binary.package,
+                bin: &binary.bin,
+                profile: binary.profile.clone(),
+                tuning: &[],
+                target: target_of()?,
                 lines: None,
                 progress: None,
                 cancel: options.cancel.cloned(),
@@ -258,7 +278,9 @@ pub async fn push_component(
             cargo: binary,
         } => {
             let repository = format!("{}/{}", registry.host(), target.repo);
+            let platform = options.builds.platform.to_string();
             let build = docker::DockerBuild {
+                platform: &platform,
                 context,
                 dockerfile,
                 target: stage.as_deref(),
@@ -269,7 +291,10 @@ pub async fn push_component(
                 output: options.output,
             };
             let staged = Staged {
-                binary: binary.as_ref(),
+                binary: match binary {
+                    Some(binary) => Some((binary, target_of()?)),
+                    None => None,
+                },
                 root: &config.root,
                 cancel: options.cancel,
                 progress: options.progress,
@@ -285,6 +310,14 @@ pub async fn push_component(
         uploaded_bytes: upload.uploaded_bytes,
         uploaded_blobs: upload.uploaded_blobs,
         skipped_blobs: upload.skipped_blobs,
+        profile: match &component.build {
+            Build::Cargo(binary)
+            | Build::Docker {
+                cargo: Some(binary),
+                ..
+            } => Some(binary.profile.clone()),
+            Build::Docker { cargo: None, .. } => None,
+        },
         elapsed: started.elapsed(),
     })
 }
@@ -381,7 +414,7 @@ async fn send_blob(target: &Target<'_>, blob: &oci::Blob) -> Result<Option<u64>,
 
 /// The binary a Dockerfile copies, and the workspace it is built in.
 struct Staged<'a> {
-    binary: Option<&'a CargoBinary>,
+    binary: Option<(&'a CargoBinary, crate::platform::RustTarget)>,
     root: &'a Path,
     cancel: Option<&'a cargo::Cancel>,
     progress: Option<&'a dyn crate::report::Reporter>,
@@ -397,9 +430,10 @@ async fn push_docker(
     staged: Staged<'_>,
     before: Option<&distribution::Manifest>,
 ) -> Result<Upload, Error> {
-    let files = match staged.binary {
-        Some(binary) => {
-            vec![stage_binary(target, &staged, binary, build.output).await?]
+    let files = match &staged.binary {
+        Some((binary, rust_target)) => {
+            let rust_target = rust_target.clone();
+            vec![stage_binary(target, &staged, binary, rust_target, build.output).await?]
         }
         None => Vec::new(),
     };
@@ -438,6 +472,7 @@ async fn stage_binary(
     target: &Target<'_>,
     staged: &Staged<'_>,
     binary: &CargoBinary,
+    rust_target: crate::platform::RustTarget,
     output: Option<&dyn crate::report::Reporter>,
 ) -> Result<(String, PathBuf), Error> {
     let build = cargo::CargoBuild {
@@ -445,7 +480,9 @@ async fn stage_binary(
         target_dir: staged.root.join(cargo::TARGET_DIR),
         package: &binary.package,
         bin: &binary.bin,
-        profile: cargo::Profile::COMPONENT,
+        profile: binary.profile.clone(),
+        tuning: &[],
+        target: rust_target,
         lines: None,
         progress: None,
         cancel: staged.cancel.cloned(),

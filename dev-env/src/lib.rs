@@ -24,6 +24,7 @@ pub mod manifest;
 pub mod network;
 pub mod ownership;
 pub mod plan;
+pub mod platform;
 pub mod preflight;
 pub mod registry;
 pub mod report;

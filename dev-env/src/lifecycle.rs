@@ -62,6 +62,8 @@ pub enum Error {
     #[error(transparent)]
     Targets(#[from] crate::targets::Error),
     #[error(transparent)]
+    Builds(#[from] image::builds::Error),
+    #[error(transparent)]
     State(#[from] crate::state::Error),
     #[error(transparent)]
     Preflight(Box<crate::preflight::Error>),
@@ -272,7 +274,13 @@ pub async fn up(
     // Read-only checks first: a refused run leaves not even a lock file.
     ownership::check(&docker, config).await?;
     crate::preflight::check(&docker, config).await?;
+    let platform = image::builds::cluster_platform(config, Some(&docker)).await?;
+    let components: Vec<String> = config.components.keys().cloned().collect();
+    let builds = image::builds::plan(config, &components, &platform)?;
     let _lock = lock::environment(config, reporter).await?;
+    State::update(&config.state_dir(), |state| {
+        state.platform = Some(platform.clone());
+    })?;
 
     let drifts = drift(&docker, config).await?;
     if !drifts.is_empty() && !options.recreate {
@@ -289,7 +297,7 @@ pub async fn up(
     // its own target directory: on a first run both compile for minutes.
     let (cluster, pushed) = tokio::join!(
         ensure_cluster(&docker, config, options, reporter),
-        ensure_images(config, &registry, options, reporter),
+        ensure_images(config, &registry, &builds, options, reporter),
     );
     let (cluster, pushed) = (cluster?, pushed?);
 
@@ -502,6 +510,7 @@ async fn ensure_cluster(
 async fn ensure_images(
     config: &Config,
     registry: &registry::Endpoint,
+    builds: &image::builds::Builds,
     options: UpOptions,
     reporter: &dyn Reporter,
 ) -> Result<Vec<String>, Error> {
@@ -546,6 +555,7 @@ async fn ensure_images(
         &client,
         &unpushed,
         image::PushOptions {
+            builds,
             cancel: None,
             output: options.verbose.then_some(reporter),
             progress: Some(reporter),

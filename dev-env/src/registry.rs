@@ -511,6 +511,7 @@ async fn build_local_image_from(
         build_args: &Default::default(),
         repository,
         tag,
+        platform: "",
         staged: &[],
         output: None,
     };

@@ -31,6 +31,10 @@ pub struct State {
     /// The last successful push of each component.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub images: BTreeMap<String, PushedImage>,
+    /// The platform of the cluster's nodes, as the last `dev up` found it:
+    /// what images are built for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<crate::platform::Platform>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,6 +44,10 @@ pub struct PushedImage {
     pub digest: String,
     /// The repository path the image was pushed under.
     pub repository: String,
+    /// The cargo profile its binary was built with; `None` for a Docker
+    /// build that builds none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -144,8 +152,10 @@ mod tests {
             PushedImage {
                 digest: format!("sha256:{}", "0".repeat(64)),
                 repository: "demo/worker".into(),
+                profile: Some("dev".into()),
             },
         );
+        state.platform = Some(crate::platform::Platform::linux("aarch64"));
         state.save(&nested).unwrap();
         assert_eq!(State::load(&nested).unwrap(), state);
         let mode = std::fs::metadata(nested.join(STATE_FILE))

@@ -128,6 +128,8 @@ pub struct ComponentStatus {
     pub kind: String,
     pub object: String,
     pub pushed_digest: Option<String>,
+    /// The cargo profile the pushed digest was built with.
+    pub pushed_profile: Option<String>,
     /// Whether the registry still serves the pushed digest; `None` when
     /// nothing was pushed or the registry cannot be asked.
     pub in_registry: Option<bool>,
@@ -318,6 +320,7 @@ async fn component_status(
         kind: r.kind.to_string(),
         object: format!("{}/{}", r.namespace, r.name),
         pushed_digest: pushed.map(|p| p.digest.clone()),
+        pushed_profile: pushed.and_then(|p| p.profile.clone()),
         in_registry: None,
         running_digests: Vec::new(),
         converged: false,
@@ -513,6 +516,7 @@ mod tests {
                 kind: String::from("WorkerPool"),
                 object: String::from("demo/default"),
                 pushed_digest: None,
+                pushed_profile: None,
                 in_registry: None,
                 running_digests: Vec::new(),
                 converged: false,

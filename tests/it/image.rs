@@ -10,11 +10,16 @@ use dev_env_tests::{
     DistributionRegistry, DockerCleanup, Project, free_port, push_tiny, require_docker,
 };
 
-const QUIET: PushOptions<'static> = PushOptions {
-    output: None,
-    progress: None,
-    cancel: None,
-};
+/// Options that show nothing, for builds planned for this machine's
+/// platform.
+fn quiet(builds: &image::builds::Builds) -> PushOptions<'_> {
+    PushOptions {
+        output: None,
+        progress: None,
+        cancel: None,
+        builds,
+    }
+}
 
 /// Pushes `component` of `project` the way `push-image` does: build, push,
 /// verify, record in the state.
@@ -26,8 +31,9 @@ async fn push(project: &Project, component: &str) -> Result<Pushed, image::Error
         .clone()
         .expect("fixtures use an external registry");
     let client = distribution::Client::new(&host);
-    let mut results =
-        image::push_components(&config, &client, &[component.to_string()], QUIET).await;
+    let components = [component.to_string()];
+    let builds = dev_env_tests::builds_here(&config, &components);
+    let mut results = image::push_components(&config, &client, &components, quiet(&builds)).await;
     results.remove(0)
 }
 
@@ -103,7 +109,15 @@ fn hello(project: &Project) -> image::cargo::CargoBuild<'_> {
         target_dir: project.root().join(image::cargo::TARGET_DIR),
         package: "hello",
         bin: "hello",
-        profile: image::cargo::Profile::COMPONENT,
+        profile: String::from("dev"),
+        tuning: &[],
+        target: dev_env_tests::builds_here(
+            &Config::load(&project.config_path()).unwrap(),
+            &[String::from("hello")],
+        )
+        .target("hello")
+        .unwrap()
+        .clone(),
         lines: None,
         progress: None,
         cancel: None,

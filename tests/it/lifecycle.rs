@@ -154,7 +154,11 @@ fn up_converges_is_idempotent_and_keeps_images_across_down() {
     let client = dev_env::image::distribution::Client::new(&host);
     let rt = runtime();
     // A whole image: its blobs, and its manifest under a tag.
-    let image = dev_env::image::oci::binary_image("kept", b"kept across dev down".to_vec());
+    let image = dev_env::image::oci::binary_image(
+        "kept",
+        b"kept across dev down".to_vec(),
+        &dev_env::platform::Platform::linux(std::env::consts::ARCH),
+    );
     rt.block_on(async {
         for blob in image.blobs() {
             client

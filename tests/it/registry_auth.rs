@@ -16,11 +16,16 @@ use dev_env_tests::{
     },
 };
 
-const QUIET: PushOptions<'static> = PushOptions {
-    output: None,
-    progress: None,
-    cancel: None,
-};
+/// Options that show nothing, for builds planned for this machine's
+/// platform.
+fn quiet(builds: &image::builds::Builds) -> PushOptions<'_> {
+    PushOptions {
+        output: None,
+        progress: None,
+        cancel: None,
+        builds,
+    }
+}
 /// The project's config with the registry's CA as `registry.caFile`,
 /// relative to the config file.
 fn project(registry: &SecureRegistry) -> Project {
@@ -53,8 +58,9 @@ async fn push(
         insecure: false,
     };
     let client = distribution::Client::with_credential(&host, options, credential).unwrap();
-    let mut results =
-        image::push_components(&config, &client, &[component.to_string()], QUIET).await;
+    let components = [component.to_string()];
+    let builds = dev_env_tests::builds_here(&config, &components);
+    let mut results = image::push_components(&config, &client, &components, quiet(&builds)).await;
     results.remove(0)
 }
 

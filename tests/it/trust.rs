@@ -225,6 +225,7 @@ fn runs_on_one_environment_take_turns_and_keep_each_others_state() {
                         dev_env::state::PushedImage {
                             digest: format!("sha256:{}", "1".repeat(64)),
                             repository: String::from("x/recorded"),
+                            profile: None,
                         },
                     );
                 })

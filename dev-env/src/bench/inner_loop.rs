@@ -377,7 +377,8 @@ impl Hand {
     fn run(&self, project: &LoopProject) -> Result<HandTimes, Error> {
         let fail = step("the by-hand baseline");
         let started = Instant::now();
-        let binary = cargo::build_binary(&project.cargo_build()).map_err(|e| fail.of(e))?;
+        let build = project.cargo_build().map_err(|e| fail.of(e))?;
+        let binary = cargo::build_binary(&build).map_err(|e| fail.of(e))?;
         let context = project.dir.join("hand");
         std::fs::create_dir_all(&context).map_err(|e| fail.of(e))?;
         std::fs::copy(&binary, context.join("app")).map_err(|e| fail.of(e))?;
@@ -586,17 +587,25 @@ impl LoopProject {
         self.source(&version).await
     }
 
-    /// The release build of the service's binary.
-    fn cargo_build(&self) -> cargo::CargoBuild<'_> {
-        cargo::CargoBuild {
+    /// The service's binary as a person builds it by hand: `cargo build`
+    /// (the `dev` profile, as dev-env builds it) of a static binary for
+    /// this machine, in dev-env's target directory.
+    fn cargo_build(
+        &self,
+    ) -> Result<cargo::CargoBuild<'_>, Box<dyn std::error::Error + Send + Sync>> {
+        let here = crate::platform::Platform::linux(std::env::consts::ARCH);
+        let toolchain = crate::platform::toolchain(&self.dir)?;
+        Ok(cargo::CargoBuild {
             root: &self.dir,
             target_dir: self.dir.join(cargo::TARGET_DIR),
             package: "app",
             bin: "app",
-            profile: cargo::Profile::COMPONENT,
+            profile: String::from(crate::config::DEFAULT_PROFILE),
+            tuning: &[],
+            target: crate::platform::choose(&here, &toolchain, None)?,
             lines: None,
             progress: None,
             cancel: None,
-        }
+        })
     }
 }

@@ -288,7 +288,11 @@ async fn delete_namespace(client: &Client) -> Result<(), Error> {
 /// Pushes a small image to the registry at `host`, once; returns the
 /// digest-pinned reference pods name it by.
 async fn push_pause_image(host: &str) -> Result<String, Error> {
-    let image = oci::binary_image("pause", b"#!/pause\n".to_vec());
+    let image = oci::binary_image(
+        "pause",
+        b"#!/pause\n".to_vec(),
+        &crate::platform::Platform::linux(std::env::consts::ARCH),
+    );
     let client = distribution::Client::new(host);
     let push = step("pushing the benchmark image");
     for blob in image.blobs() {

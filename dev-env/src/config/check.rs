@@ -455,10 +455,12 @@ impl Check<'_> {
 
     fn build(&mut self, at: &str, raw: Option<RawBuild>) -> Build {
         let key = format!("{at}.build");
-        let fallback = Build::Cargo {
+        let fallback = Build::Cargo(CargoBinary {
             package: String::new(),
             bin: String::new(),
-        };
+            profile: String::from(super::DEFAULT_PROFILE),
+            target: None,
+        });
         match raw {
             None => {
                 self.missing(at, "build", "add `build: {cargo: {package: <package>, bin: <bin>}}` or `build: {docker: {context: ., dockerfile: Dockerfile}}`");
@@ -493,13 +495,7 @@ impl Check<'_> {
             Some(RawBuild {
                 cargo: Some(c),
                 docker: None,
-            }) => {
-                let c = self.cargo_binary(&format!("{key}.cargo"), c, "builds the binary");
-                Build::Cargo {
-                    package: c.package,
-                    bin: c.bin,
-                }
-            }
+            }) => Build::Cargo(self.cargo_binary(&format!("{key}.cargo"), c, "builds the binary")),
             Some(RawBuild {
                 cargo: None,
                 docker: Some(d),
@@ -516,9 +512,30 @@ impl Check<'_> {
             );
         }
         let bin = raw.bin.unwrap_or_else(|| raw.package.clone());
+        let profile = raw
+            .profile
+            .unwrap_or_else(|| String::from(super::DEFAULT_PROFILE));
+        if !is_profile_name(&profile) {
+            self.problem(
+                &format!("{key}.profile"),
+                format!("`{profile}` is not a cargo profile name"),
+                "name a profile of the workspace (`dev`, `release`, or a `[profile.<name>]` of its Cargo.toml): letters, digits, `-` and `_`",
+            );
+        }
+        if let Some(target) = &raw.target
+            && !is_triple(target)
+        {
+            self.problem(
+                &format!("{key}.target"),
+                format!("`{target}` is not a Rust target triple"),
+                "write it as `rustc --print target-list` does, such as `aarch64-unknown-linux-musl`, or leave it out to build for the cluster's platform",
+            );
+        }
         CargoBinary {
             package: raw.package,
             bin,
+            profile,
+            target: raw.target,
         }
     }
 
@@ -555,4 +572,24 @@ impl Check<'_> {
             fix: fix.to_string(),
         });
     }
+}
+
+/// Cargo's rule for profile names: letters, digits, `-` and `_`.
+fn is_profile_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+/// `arch-vendor-os[-abi]`: three or four parts of letters, digits, `_` and
+/// `.`.
+fn is_triple(triple: &str) -> bool {
+    let parts: Vec<&str> = triple.split('-').collect();
+    (3..=4).contains(&parts.len())
+        && parts.iter().all(|p| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        })
 }

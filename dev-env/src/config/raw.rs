@@ -152,6 +152,8 @@ pub(super) struct RawBuild {
 pub(super) struct RawCargoBuild {
     pub(super) package: String,
     pub(super) bin: Option<String>,
+    pub(super) profile: Option<String>,
+    pub(super) target: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

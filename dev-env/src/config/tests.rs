@@ -100,10 +100,12 @@ components:
     let worker = config.component("worker").unwrap();
     assert_eq!(
         worker.build,
-        Build::Cargo {
+        Build::Cargo(CargoBinary {
             package: "worker".into(),
-            bin: "worker".into()
-        }
+            bin: "worker".into(),
+            profile: "dev".into(),
+            target: None,
+        })
     );
     assert_eq!(worker.rollout.kind, RolloutKind::WorkerPool);
     assert!(config.manifests[0].ends_with("manifests"));
@@ -166,7 +168,9 @@ fn a_docker_build_can_stage_a_cargo_binary() {
         cargo,
         &Some(CargoBinary {
             package: "cm".into(),
-            bin: "cm".into()
+            bin: "cm".into(),
+            profile: "dev".into(),
+            target: None,
         })
     );
     assert_eq!(dockerfile, &dir.path().join("Dockerfile"));

@@ -87,25 +87,27 @@ struct Wanted<'a> {
     key: String,
     package: &'a str,
     bin: &'a str,
+    profile: &'a str,
 }
 
 fn wanted(config: &Config) -> Vec<Wanted<'_>> {
     let mut wanted = Vec::new();
     for (name, component) in &config.components {
-        let (key, package, bin) = match &component.build {
-            Build::Cargo { package, bin } => {
-                (format!("components.{name}.build.cargo"), package, bin)
+        let (key, c) = match &component.build {
+            Build::Cargo(c) => (format!("components.{name}.build.cargo"), c),
+            Build::Docker { cargo: Some(c), .. } => {
+                (format!("components.{name}.build.docker.cargo"), c)
             }
-            Build::Docker { cargo: Some(c), .. } => (
-                format!("components.{name}.build.docker.cargo"),
-                &c.package,
-                &c.bin,
-            ),
             Build::Docker { cargo: None, .. } => continue,
         };
         // An empty package is reported where it is declared.
-        if !package.trim().is_empty() {
-            wanted.push(Wanted { key, package, bin });
+        if !c.package.trim().is_empty() {
+            wanted.push(Wanted {
+                key,
+                package: &c.package,
+                bin: &c.bin,
+                profile: &c.profile,
+            });
         }
     }
     wanted
@@ -171,6 +173,7 @@ impl Check<'_> {
         };
         for w in &wanted {
             self.binary(&metadata, w);
+            self.profile(&metadata, w);
         }
         if !sim {
             return None;
@@ -264,6 +267,43 @@ impl Check<'_> {
             ),
         );
     }
+}
+
+impl Check<'_> {
+    /// A profile other than cargo's own must be declared by the workspace's
+    /// `Cargo.toml` (`[profile.<name>]`), where cargo looks for it.
+    fn profile(&mut self, metadata: &Metadata, w: &Wanted<'_>) {
+        if matches!(w.profile, "dev" | "release" | "test" | "bench") {
+            return;
+        }
+        let manifest = metadata.workspace_root.join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest).unwrap_or_default();
+        if declares_profile(&text, w.profile) {
+            return;
+        }
+        self.problem(
+            &format!("{}.profile", w.key),
+            format!(
+                "{} declares no profile `{}`",
+                manifest.display(),
+                w.profile
+            ),
+            format!(
+                "use `dev` or `release`, or add `[profile.{}]` (with `inherits = \"dev\"` or `\"release\"`) to that file",
+                w.profile
+            ),
+        );
+    }
+}
+
+/// Whether a `Cargo.toml` declares `[profile.<name>]` (or a table below it).
+fn declares_profile(manifest: &str, name: &str) -> bool {
+    let table = format!("[profile.{name}]");
+    let below = format!("[profile.{name}.");
+    manifest.lines().any(|line| {
+        let line = line.trim();
+        line == table || line.starts_with(&below)
+    })
 }
 
 pub(super) fn package_names(metadata: &Metadata) -> String {

@@ -1,5 +1,6 @@
-//! The `cargo` backend: a statically linked release build of one binary,
-//! packed into a single-layer image with no daemon involved.
+//! The `cargo` backend: a static Linux build of one binary, for the
+//! cluster's platform and with the component's profile (`dev` by default,
+//! incremental), packed into a single-layer image with no daemon involved.
 //!
 //! The build has its own target directory (`target/image-build`), so the
 //! flags it needs (`+crt-static`, path remapping) never invalidate the
@@ -18,12 +19,14 @@ use std::{
 use xshell::{Shell, cmd};
 
 use super::oci;
+use crate::platform::RustTarget;
 
+mod assembled;
 mod progress;
 
 pub use progress::{Progress, ProgressSender};
 
-/// The only target installed here that links fully static binaries.
+/// The target `cargo metadata` resolves the workspace's graph for.
 pub const TARGET: &str = "x86_64-unknown-linux-gnu";
 /// The target directory of image builds, relative to the workspace root.
 pub const TARGET_DIR: &str = "target/image-build";
@@ -39,14 +42,8 @@ pub enum Error {
         #[source]
         source: xshell::Error,
     },
-    #[error(
-        "`cargo build --release -p {package} --bin {bin}` failed; last lines of its output:\n{tail}"
-    )]
-    Failed {
-        package: String,
-        bin: String,
-        tail: String,
-    },
+    #[error("`{command}` failed; last lines of its output:\n{tail}")]
+    Failed { command: String, tail: String },
     #[error("cannot run `cargo build` in {}", dir.display())]
     Run {
         dir: PathBuf,
@@ -54,19 +51,16 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error(
-        "`cargo build --release -p {package} --bin {bin}` did not finish within {} minutes and was stopped; last lines of its output:\n{tail}",
+        "`{command}` did not finish within {} minutes and was stopped; last lines of its output:\n{tail}",
         after.as_secs() / 60
     )]
     Deadline {
-        package: String,
-        bin: String,
+        command: String,
         after: Duration,
         tail: String,
     },
-    #[error(
-        "`cargo build --release -p {package} --bin {bin}` was stopped: a newer save supersedes it"
-    )]
-    Cancelled { package: String, bin: String },
+    #[error("`{command}` was stopped: a newer save supersedes it")]
+    Cancelled { command: String },
     #[error("cannot read the built binary {}", path.display())]
     Read {
         path: PathBuf,
@@ -84,8 +78,13 @@ pub struct CargoBuild<'a> {
     /// The target directory: [`TARGET_DIR`] under the workspace root for
     /// components.
     pub target_dir: PathBuf,
-    /// What the build changes of `release`.
-    pub profile: Profile,
+    /// The cargo profile, such as `dev` or `release`.
+    pub profile: String,
+    /// `cargo --config` values this build adds, such as
+    /// `profile.release.opt-level=1`.
+    pub tuning: &'static [&'static str],
+    /// The target triple, the tool that builds it and the platform it runs.
+    pub target: RustTarget,
     /// Where cargo's output goes line by line as it comes (`--verbose`);
     /// `None` shows it only on failure.
     pub lines: Option<LineSender>,
@@ -93,20 +92,6 @@ pub struct CargoBuild<'a> {
     pub progress: Option<ProgressSender>,
     /// Set to stop the build (its process is killed).
     pub cancel: Option<Cancel>,
-}
-
-/// What an image build changes of the workspace's `release` profile, for
-/// this build only.
-#[derive(Debug, Clone, Copy)]
-pub struct Profile {
-    /// `cargo --config` values, such as `profile.release.opt-level=1`.
-    pub config: &'static [&'static str],
-}
-
-impl Profile {
-    /// A component's build: the workspace's `release` profile as declared,
-    /// so the image runs what production would.
-    pub const COMPONENT: Profile = Profile { config: &[] };
 }
 
 /// A flag that stops a running build when set.
@@ -133,14 +118,14 @@ pub async fn off_runtime<T: Send + 'static>(
     step: fn(&CargoBuild<'_>) -> Result<T, Error>,
     sinks: Sinks<'_>,
 ) -> Result<T, Error> {
-    let (root, target_dir, package, bin, profile, cancel) = (
+    let (root, target_dir, package, bin, cancel) = (
         build.root.to_path_buf(),
         build.target_dir.clone(),
         build.package.to_string(),
         build.bin.to_string(),
-        build.profile,
         build.cancel.clone(),
     );
+    let (profile, tuning, target) = (build.profile.clone(), build.tuning, build.target.clone());
     let (line_sender, mut lines) = tokio::sync::mpsc::unbounded_channel();
     let (progress_sender, mut progress) = tokio::sync::mpsc::unbounded_channel();
     let line_sender = sinks.lines.is_some().then_some(line_sender);
@@ -152,6 +137,8 @@ pub async fn off_runtime<T: Send + 'static>(
             package: &package,
             bin: &bin,
             profile,
+            tuning,
+            target,
             lines: line_sender,
             progress: progress_sender,
             cancel,
@@ -184,14 +171,42 @@ pub async fn off_runtime<T: Send + 'static>(
 /// async runtime.
 pub fn build_image(build: &CargoBuild<'_>) -> Result<oci::Image, Error> {
     let binary = build_binary(build)?;
-    let bytes = std::fs::read(&binary).map_err(|source| Error::Read {
+    assembled::image(&binary, build.bin, &build.target.platform).map_err(|source| Error::Read {
         path: binary.clone(),
         source,
-    })?;
-    Ok(oci::binary_image(build.bin, bytes))
+    })
 }
 
-/// Runs the release build and returns the path of the binary.
+impl CargoBuild<'_> {
+    /// The command as a person would type it.
+    pub fn command(&self) -> String {
+        format!(
+            "cargo {} --profile {} -p {} --bin {} --target {}",
+            self.target.tool.subcommand(),
+            self.profile,
+            self.package,
+            self.bin,
+            self.target.triple
+        )
+    }
+
+    /// Where the build leaves the binary: cargo names the directory of the
+    /// `dev` and `test` profiles `debug`, of `bench` `release`, of the
+    /// others after the profile.
+    pub fn binary(&self) -> PathBuf {
+        let dir = match self.profile.as_str() {
+            "dev" | "test" => "debug",
+            "bench" => "release",
+            other => other,
+        };
+        self.target_dir
+            .join(&self.target.triple)
+            .join(dir)
+            .join(self.bin)
+    }
+}
+
+/// Runs the build and returns the path of the binary.
 pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
     let spawn = |source| Error::Spawn {
         dir: build.root.to_path_buf(),
@@ -201,14 +216,18 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
     sh.change_dir(build.root);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| String::from("cargo"));
     let target_dir = &build.target_dir;
-    let (package, bin) = (build.package, build.bin);
-    let config = build.profile.config.iter().flat_map(|c| ["--config", c]);
+    let (package, bin, profile) = (build.package, build.bin, &build.profile);
+    let (subcommand, triple) = (build.target.tool.subcommand(), &build.target.triple);
+    let config = build.tuning.iter().flat_map(|c| ["--config", c]);
     let cmd = cmd!(
         sh,
-        "{cargo} build --release -p {package} --bin {bin} --target {TARGET} {config...} --message-format json-render-diagnostics"
+        "{cargo} {subcommand} --profile {profile} -p {package} --bin {bin} --target {triple} {config...} --message-format json-render-diagnostics"
     )
     .env("CARGO_TARGET_DIR", target_dir)
-    .env("CARGO_ENCODED_RUSTFLAGS", rustflags(build.root))
+    .env(
+        "CARGO_ENCODED_RUSTFLAGS",
+        rustflags(build.root, build.target.crt_static),
+    )
     .env_remove("RUSTFLAGS");
     let limits = Limits {
         timeout: BUILD_TIMEOUT,
@@ -216,7 +235,8 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
     };
     let (root, cargo_bin) = (build.root.to_path_buf(), cargo.clone());
     let (package_name, progress) = (package.to_string(), build.progress.as_ref());
-    let total = move || crate_count(&root, &cargo_bin, &package_name);
+    let triple_name = triple.clone();
+    let total = move || crate_count(&root, &cargo_bin, &package_name, &triple_name);
     let watch = Watch {
         lines: build.lines.as_ref(),
         progress: progress.map(|p| (p, Box::new(total) as Total)),
@@ -233,22 +253,19 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
         && status.is_none()
     {
         return Err(Error::Cancelled {
-            package: package.to_string(),
-            bin: bin.to_string(),
+            command: build.command(),
         });
     }
     let Some(status) = status else {
         return Err(Error::Deadline {
-            package: package.to_string(),
-            bin: bin.to_string(),
+            command: build.command(),
             after: BUILD_TIMEOUT,
             tail: tail(&stderr, 30),
         });
     };
     if !status.success() {
         return Err(Error::Failed {
-            package: package.to_string(),
-            bin: bin.to_string(),
+            command: build.command(),
             tail: if build.lines.is_some() {
                 String::from("(shown above)")
             } else {
@@ -256,18 +273,18 @@ pub fn build_binary(build: &CargoBuild<'_>) -> Result<PathBuf, Error> {
             },
         });
     }
-    Ok(target_dir.join(TARGET).join("release").join(bin))
+    Ok(build.binary())
 }
 
 /// The packages of the build of `package`, as `cargo tree` lists them for
 /// the image target; `None` when it cannot tell.
-fn crate_count(root: &Path, cargo: &str, package: &str) -> Option<usize> {
+fn crate_count(root: &Path, cargo: &str, package: &str, triple: &str) -> Option<usize> {
     let sh = Shell::new().ok()?;
     sh.change_dir(root);
     let format = "{p}";
     let tree = cmd!(
         sh,
-        "{cargo} tree -p {package} --target {TARGET} -e normal,build --prefix none --format {format}"
+        "{cargo} tree -p {package} --target {triple} -e normal,build --prefix none --format {format}"
     )
     .quiet()
     .ignore_stderr()
@@ -381,13 +398,17 @@ fn wait_within(
 }
 
 /// The flags of an image build, `\x1f`-separated as `CARGO_ENCODED_RUSTFLAGS`
-/// wants them (paths may hold spaces).
-fn rustflags(root: &Path) -> String {
-    let mut flags = vec![
-        String::from("-C"),
-        String::from("target-feature=+crt-static"),
-        format!("--remap-path-prefix={}=/build", root.display()),
-    ];
+/// wants them (paths may hold spaces): a static C runtime when the target
+/// needs it, and the paths remapped.
+fn rustflags(root: &Path, crt_static: bool) -> String {
+    let mut flags = Vec::new();
+    if crt_static {
+        flags.extend([
+            String::from("-C"),
+            String::from("target-feature=+crt-static"),
+        ]);
+    }
+    flags.push(format!("--remap-path-prefix={}=/build", root.display()));
     if let Some(home) = cargo_home() {
         flags.push(format!("--remap-path-prefix={}=/cargo", home.display()));
     }
@@ -413,10 +434,16 @@ mod tests {
 
     #[test]
     fn rustflags_link_statically_and_remap_the_workspace() {
-        let flags = rustflags(Path::new("/src/my repo"));
+        let flags = rustflags(Path::new("/src/my repo"), true);
         let flags: Vec<&str> = flags.split('\x1f').collect();
         assert_eq!(flags[..2], ["-C", "target-feature=+crt-static"]);
         assert_eq!(flags[2], "--remap-path-prefix=/src/my repo=/build");
+        // A musl target is static already.
+        let flags = rustflags(Path::new("/src"), false);
+        assert!(
+            flags.starts_with("--remap-path-prefix=/src=/build"),
+            "{flags}"
+        );
     }
 
     fn within(timeout: Duration) -> Limits<'static> {

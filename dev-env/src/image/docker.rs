@@ -73,6 +73,8 @@ pub struct DockerBuild<'a> {
     /// `host:port/repository`, without a tag.
     pub repository: &'a str,
     pub tag: &'a str,
+    /// `linux/arm64/v8`: what the image is built for; empty: the engine's.
+    pub platform: &'a str,
     /// Files added at the context root: (name, path on disk).
     pub staged: &'a [(String, std::path::PathBuf)],
     /// Where the build log goes line by line as it comes (`--verbose`);
@@ -102,6 +104,9 @@ pub async fn build(docker: &Docker, build: &DockerBuild<'_>) -> Result<String, E
         .buildargs(&build_args);
     if let Some(target) = build.target {
         options = options.target(target);
+    }
+    if !build.platform.is_empty() {
+        options = options.platform(build.platform);
     }
     let mut stream = docker.build_image(
         options.build(),

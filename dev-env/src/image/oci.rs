@@ -38,6 +38,16 @@ impl Blob {
         }
     }
 
+    /// A blob whose digest is known already (it was computed when the
+    /// blob was made, and kept with it).
+    pub fn known(media_type: &'static str, digest: String, bytes: impl Into<Bytes>) -> Blob {
+        Blob {
+            media_type,
+            digest,
+            bytes: bytes.into(),
+        }
+    }
+
     fn descriptor(&self) -> serde_json::Value {
         json!({
             "mediaType": self.media_type,
@@ -79,16 +89,16 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
 
 /// The image of a single static binary `bin`: one layer with the binary in
 /// `/usr/local/bin` and an empty `/tmp`, run as the entrypoint.
-pub fn binary_image(bin: &str, binary: Vec<u8>) -> Image {
+pub fn binary_image(bin: &str, binary: Vec<u8>, platform: &crate::platform::Platform) -> Image {
     let file = File {
         path: format!("{BIN_DIR}/{bin}"),
         mode: 0o755,
         contents: binary,
     };
     let (layer, diff_id) = layer(&[file]);
-    let config = json!({
-        "architecture": "amd64",
-        "os": "linux",
+    let mut config = json!({
+        "architecture": platform.architecture,
+        "os": platform.os,
         "config": {
             "Entrypoint": [format!("/{BIN_DIR}/{bin}")],
             "Env": ["PATH=/usr/local/bin:/usr/bin:/bin"],
@@ -97,6 +107,9 @@ pub fn binary_image(bin: &str, binary: Vec<u8>) -> Image {
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created_by": format!("dev-env: cargo build of `{bin}`")}],
     });
+    if let Some(variant) = &platform.variant {
+        config["variant"] = json!(variant);
+    }
     image(config, vec![layer])
 }
 
@@ -201,12 +214,16 @@ mod tests {
 
     use super::*;
 
+    fn amd64() -> crate::platform::Platform {
+        crate::platform::Platform::linux("amd64")
+    }
+
     #[test]
     fn same_binary_same_digest_and_the_layer_is_normalised() {
-        let a = binary_image("worker", b"\x7fELF one".to_vec());
-        let b = binary_image("worker", b"\x7fELF one".to_vec());
+        let a = binary_image("worker", b"\x7fELF one".to_vec(), &amd64());
+        let b = binary_image("worker", b"\x7fELF one".to_vec(), &amd64());
         assert_eq!(a, b);
-        let c = binary_image("worker", b"\x7fELF two".to_vec());
+        let c = binary_image("worker", b"\x7fELF two".to_vec(), &amd64());
         assert_ne!(a.manifest.digest, c.manifest.digest);
         assert_ne!(a.layers[0].digest, c.layers[0].digest);
 
@@ -240,8 +257,24 @@ mod tests {
     }
 
     #[test]
+    fn the_config_names_the_platform_it_was_built_for() {
+        let platform = crate::platform::Platform::linux("aarch64");
+        let image = binary_image("api", b"bin".to_vec(), &platform);
+        let config: serde_json::Value = serde_json::from_slice(&image.config.bytes).unwrap();
+        assert_eq!(
+            (&config["os"], &config["architecture"], &config["variant"]),
+            (&"linux".into(), &"arm64".into(), &"v8".into())
+        );
+        let config: serde_json::Value =
+            serde_json::from_slice(&binary_image("api", b"bin".to_vec(), &amd64()).config.bytes)
+                .unwrap();
+        assert_eq!(config["architecture"], "amd64");
+        assert!(config.get("variant").is_none());
+    }
+
+    #[test]
     fn manifest_names_config_and_layer_by_digest_and_size() {
-        let image = binary_image("api", b"bin".to_vec());
+        let image = binary_image("api", b"bin".to_vec(), &amd64());
         let manifest: serde_json::Value = serde_json::from_slice(&image.manifest.bytes).unwrap();
         assert_eq!(manifest["mediaType"], OCI_MANIFEST);
         assert_eq!(manifest["config"]["digest"], image.config.digest.as_str());

@@ -59,10 +59,12 @@ fn the_written_file_reads_back_as_the_guess() {
     assert_eq!(api.image, "team/api");
     assert_eq!(
         api.build,
-        ConfigBuild::Cargo {
+        ConfigBuild::Cargo(crate::config::CargoBinary {
             package: String::from("api"),
-            bin: String::from("api")
-        }
+            bin: String::from("api"),
+            profile: String::from("dev"),
+            target: None,
+        })
     );
     assert_eq!(
         (

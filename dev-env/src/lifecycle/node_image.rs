@@ -13,6 +13,7 @@ use crate::{
     config::{Config, Provider},
     docker,
     image::{self, cargo as cargo_build},
+    platform::{self, RustTarget},
     report::{Event, Reporter, Step},
 };
 
@@ -98,6 +99,12 @@ async fn ensure_sim_image(
         image: image.clone(),
         step,
     };
+    let target = sim_target(docker, &workspace)
+        .await
+        .map_err(|reason| Error::NodeImage {
+            image: image.clone(),
+            reason,
+        })?;
     reporter.report(&step(Step::Building));
     let sinks = cargo_build::Sinks {
         lines: output,
@@ -109,10 +116,21 @@ async fn ensure_sim_image(
         target_dir: config.root.join(SIMULATOR_TARGET_DIR),
         image,
         source: &source,
+        target,
     };
     build_sim_image(docker, &sim, sinks).await.map_err(failed)?;
     reporter.report(&step(Step::Built));
     Ok(NodeImage::Built)
+}
+
+/// How the simulator is built to run on the engine's machine, or why this
+/// machine cannot.
+async fn sim_target(docker: &Docker, workspace: &Path) -> Result<RustTarget, String> {
+    let engine = platform::of_engine(docker)
+        .await
+        .map_err(|e| crate::error_chain(&e))?;
+    let toolchain = platform::toolchain(workspace).map_err(|e| crate::error_chain(&e))?;
+    platform::choose(&engine, &toolchain, None).map_err(|refusal| refusal.to_string())
 }
 
 /// The nearest directory at or above `root` that holds the `kube-sim`
@@ -172,16 +190,14 @@ pub fn sim_source_hash(root: &Path) -> std::io::Result<String> {
 /// too and costs the scale figures 15 to 40 %). Its own target directory, so
 /// the component builds beside it, in [`cargo_build::TARGET_DIR`], never
 /// wait for its lock.
-const SIMULATOR: cargo_build::Profile = cargo_build::Profile {
-    config: &[
-        "profile.release.package.k8s-openapi.opt-level=0",
-        "profile.release.package.k8s-pb.opt-level=0",
-        "profile.release.package.bollard-stubs.opt-level=0",
-        "profile.release.package.clap_builder.opt-level=0",
-        "profile.release.package.cel.opt-level=1",
-        "profile.release.package.antlr4rust.opt-level=1",
-    ],
-};
+const SIMULATOR: &[&str] = &[
+    "profile.release.package.k8s-openapi.opt-level=0",
+    "profile.release.package.k8s-pb.opt-level=0",
+    "profile.release.package.bollard-stubs.opt-level=0",
+    "profile.release.package.clap_builder.opt-level=0",
+    "profile.release.package.cel.opt-level=1",
+    "profile.release.package.antlr4rust.opt-level=1",
+];
 
 /// The simulator's target directory, under the root of the workspace whose
 /// `dev-env.yaml` asks for it (never in cargo's checkout of a git
@@ -222,6 +238,8 @@ pub struct SimBuild<'a> {
     pub image: &'a str,
     /// The hash of kube-sim's sources, the image's label.
     pub source: &'a str,
+    /// The engine's platform, and how this machine builds for it.
+    pub target: RustTarget,
 }
 
 /// Builds the kube-sim node image: a static `kube-sim` binary in an empty
@@ -238,7 +256,9 @@ pub async fn build_sim_image(
         target_dir: sim.target_dir.clone(),
         package: "kube-sim",
         bin: "kube-sim",
-        profile: SIMULATOR,
+        profile: String::from("release"),
+        tuning: SIMULATOR,
+        target: sim.target.clone(),
         lines: None,
         progress: None,
         cancel: None,
@@ -259,7 +279,9 @@ pub async fn build_sim_image(
         _ => (image, "latest"),
     };
     let build_args = Default::default();
+    let platform = sim.target.platform.to_string();
     let build = image::docker::DockerBuild {
+        platform: &platform,
         context: dir.path(),
         dockerfile: &dockerfile,
         target: None,

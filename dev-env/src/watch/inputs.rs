@@ -112,7 +112,7 @@ impl Inputs {
         for (name, component) in &config.components {
             let mut sources = Sources::default();
             let cargo = match &component.build {
-                Build::Cargo { package, .. } => Some(package),
+                Build::Cargo(binary) => Some(&binary.package),
                 Build::Docker {
                     context,
                     dockerfile,
