@@ -5,12 +5,14 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::platform::Platform;
 use crate::resource::{ResourceInfo, compare_versions};
 
 /// The Kubernetes version the simulator claims to be.
 pub const KUBERNETES_MINOR: &str = "32";
 
-/// The `/version` document.
+/// The `/version` document. Its `platform` is the binary's own, as an API server reports its
+/// `runtime.GOOS/GOARCH`.
 pub fn version() -> Value {
     json!({
         "major": "1",
@@ -21,7 +23,7 @@ pub fn version() -> Value {
         "buildDate": "2026-01-01T00:00:00Z",
         "goVersion": "go1.23.0",
         "compiler": "gc",
-        "platform": "linux/amd64"
+        "platform": Platform::of_build().os_arch()
     })
 }
 

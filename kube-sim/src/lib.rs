@@ -20,6 +20,7 @@ pub mod machinery;
 pub mod meta;
 pub mod openapi;
 pub mod patch;
+pub mod platform;
 pub mod rbac;
 pub mod resource;
 pub mod scheduler;

@@ -3,6 +3,12 @@
 //! The kubelet's stages (pulls and their back-off, restarts, `CrashLoopBackOff`, termination) stay in the
 //! kubelet; this runtime does what a CRI runtime does under it:
 //!
+//! - The node's platform is the engine's: Linux on the architecture `docker info` reports, in Go's names
+//!   (`x86_64` is `amd64`). Pulls ask the engine for that platform, so it pulls an image index's entry for
+//!   it; an index without one fails the pull with containerd's words
+//!   ([`no_platform_match`](super::runtime::no_platform_match)). A single-platform image for another
+//!   architecture is pulled and run as the engine runs it: without emulation its start fails or it exits at
+//!   once (`exec format error`), which the kubelet reports as it reports any failed start or exit.
 //! - Pulls go through the engine, which resolves names on its own (host) side. A registry mirror the node
 //!   reaches under an in-network name (`dev-env-registry:5000`) is pulled through another mirror key on
 //!   the engine's loopback with the same endpoint (`localhost:36099`), or through a loopback endpoint.
@@ -53,9 +59,10 @@ use tokio::task::JoinHandle;
 
 use super::reference::Reference;
 use super::registry::{Auth, Registries};
-use super::runtime::{ContainerRuntime, Exit, Probed, PullError, PulledImage};
+use super::runtime::{ContainerRuntime, Exit, Probed, PullError, PulledImage, StartError};
 use crate::lock::MutexExt as _;
 use crate::meta;
+use crate::platform::Platform;
 use crate::store::{PodLogs, PodStreams, Store};
 
 pub use image::engine_domain;
@@ -98,6 +105,9 @@ pub enum Error {
         #[source]
         source: bollard::errors::Error,
     },
+    /// The engine did not say what it runs on.
+    #[error("asking the Docker engine for its architecture (`docker info`)")]
+    Info(#[source] bollard::errors::Error),
     /// The pod network does not exist.
     #[error(
         "the Docker network `{network}` for pods does not exist (create it, or pass --docker-network)"
@@ -151,6 +161,8 @@ struct Inner {
     config: DockerConfig,
     api: ApiAccess,
     registries: Registries,
+    /// The node's platform: Linux on the engine's architecture.
+    platform: Platform,
     /// Pulled images by the name shown in status, with the reference the engine knows them by.
     images: Mutex<HashMap<String, (PulledImage, String)>>,
     /// Started containers by Docker ID.
@@ -216,7 +228,7 @@ pub async fn connect() -> Result<Docker, Error> {
 }
 
 impl DockerRuntime {
-    /// Connects to the engine and checks the pod network.
+    /// Connects to the engine, learns its architecture and checks the pod network.
     pub async fn new(
         store: Store,
         node: &str,
@@ -225,6 +237,7 @@ impl DockerRuntime {
         registries: Registries,
     ) -> Result<DockerRuntime, Error> {
         let docker = connect().await?;
+        let platform = engine_platform(&docker).await?;
         docker
             .inspect_network(
                 &config.network,
@@ -243,6 +256,7 @@ impl DockerRuntime {
                 config,
                 api,
                 registries,
+                platform,
                 images: Mutex::new(HashMap::new()),
                 containers: Mutex::new(HashMap::new()),
                 latest: Mutex::new(HashMap::new()),
@@ -351,6 +365,19 @@ impl DockerRuntime {
     }
 }
 
+/// The platform of the engine's pods: Linux on the architecture `docker info` reports (`uname -m`), or the
+/// one kube-sim was built for when the engine names none.
+async fn engine_platform(docker: &Docker) -> Result<Platform, Error> {
+    let info = docker.info().await.map_err(Error::Info)?;
+    match info.architecture.filter(|a| !a.is_empty()) {
+        Some(machine) => Ok(Platform::linux(&machine)),
+        None => {
+            tracing::warn!("the Docker engine names no architecture; using kube-sim's own");
+            Ok(Platform::linux_of_build())
+        }
+    }
+}
+
 /// A message from an engine error: the daemon's own words when it sent some.
 fn engine_message(e: &bollard::errors::Error) -> String {
     match e {
@@ -377,13 +404,17 @@ impl ContainerRuntime for DockerRuntime {
             .map(|(p, _)| p.clone())
     }
 
+    fn platform(&self) -> Platform {
+        self.inner.platform.clone()
+    }
+
     async fn start(
         &self,
         pod: &Value,
         container: &Value,
         image: &PulledImage,
         admitted: tokio::time::Instant,
-    ) -> Result<String, String> {
+    ) -> Result<String, StartError> {
         let run_ref = self
             .inner
             .images
@@ -399,7 +430,8 @@ impl ContainerRuntime for DockerRuntime {
         if let Some(previous) = self.latest(uid, &container_name_in_pod) {
             self.remove(&previous).await;
         }
-        let env = environment(&self.inner.store, pod, container, self.api())?;
+        let env = environment(&self.inner.store, pod, container, self.api())
+            .map_err(StartError::Config)?;
         let labels = container_labels(
             &self.inner.config.labels,
             &self.inner.node,
@@ -408,16 +440,18 @@ impl ContainerRuntime for DockerRuntime {
         );
         let network = &self.inner.config.network;
         let body = create_body(pod, container, run_ref, env, labels, network);
-        let id = self.create(&name, body).await?;
+        let id = self.create(&name, body).await.map_err(StartError::Create)?;
         let probed = Arc::new(watch::Sender::new(Probed::default()));
         self.install_service_account(pod, &id, &name, probed.clone())
             .await?;
         if let Err(e) = self.inner.docker.start_container(&id, None).await {
             self.remove(&id).await;
-            return Err(format!(
-                "failed to start container {name}: {}",
-                engine_message(&e)
-            ));
+            // The engine's words are runc's under containerd's shim (`failed to create shim task: OCI
+            // runtime create failed: …`), which containerd's CRI wraps so.
+            return Err(StartError::Run {
+                container_id: format!("docker://{id}"),
+                message: format!("failed to create containerd task: {}", engine_message(&e)),
+            });
         }
         let ip = self
             .inner
@@ -602,15 +636,15 @@ impl DockerRuntime {
     }
 
     /// Issues a token of the pod's service account for the created container `id` and copies the token,
-    /// the CA and the namespace into it; the container is removed when the account is missing or the copy
-    /// fails.
+    /// the CA and the namespace into it; the container is removed when the account is missing (a
+    /// configuration error) or the copy fails (a failed create).
     async fn install_service_account(
         &self,
         pod: &Value,
         id: &str,
         name: &str,
         probed: Arc<watch::Sender<Probed>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), StartError> {
         let ns = meta::namespace_of(pod).to_string();
         let service_account = meta::str_at(pod, "/spec/serviceAccountName")
             .filter(|s| !s.is_empty())
@@ -624,7 +658,7 @@ impl DockerRuntime {
             Ok(issued) => issued,
             Err(e) => {
                 self.remove(id).await;
-                return Err(format!("failed to fetch token: {e}"));
+                return Err(StartError::Config(format!("failed to fetch token: {e}")));
             }
         };
         let token = issued.token;
@@ -633,7 +667,9 @@ impl DockerRuntime {
             Err(e) => {
                 self.inner.store.forget_token(&token);
                 self.remove(id).await;
-                return Err(format!("failed to pack the service-account files: {e}"));
+                return Err(StartError::Create(format!(
+                    "failed to pack the service-account files: {e}"
+                )));
             }
         };
         self.inner.containers.lock_unpoisoned().insert(
@@ -655,10 +691,10 @@ impl DockerRuntime {
             .await
         {
             self.remove(id).await;
-            return Err(format!(
+            return Err(StartError::Create(format!(
                 "failed to copy the service-account files into {name}: {}",
                 engine_message(&e)
-            ));
+            )));
         }
         Ok(())
     }

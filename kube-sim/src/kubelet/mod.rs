@@ -8,20 +8,29 @@
 //! 2. Pods whose non-optional configMap or secret volumes are missing stay in `ContainerCreating`.
 //! 3. Each container's image is resolved by the [`ContainerRuntime`] (the virtual one asks the registry
 //!    over the OCI distribution API), with the credentials the pod's `imagePullSecrets` hold for it (see
-//!    [`keyring`]). Failures show `ErrImagePull`, then `ImagePullBackOff` until the back-off passes; an
-//!    unparsable name shows `InvalidImageName`.
-//! 4. Missing configMaps or secrets named by `env`/`envFrom` show `CreateContainerConfigError`.
+//!    [`keyring`]). An image index resolves to its entry for the node's platform. Failures show
+//!    `ErrImagePull` (an index without an entry for the platform: containerd's `no match for platform in
+//!    manifest: not found`), then `ImagePullBackOff` until the back-off passes; an unparsable name shows
+//!    `InvalidImageName`.
+//! 4. Missing configMaps or secrets named by `env`/`envFrom` show `CreateContainerConfigError`; a container
+//!    the runtime cannot create shows `CreateContainerError`. Both are tried again after the back-off, each
+//!    failure a `Failed` Event (`Error: <message>`).
 //! 5. The container starts: `running.startedAt`, `started`, `containerID`, `imageID` (the normalised
 //!    name with the manifest digest), phase `Running`, a log line. It becomes ready after `ready_delay`
 //!    plus the readiness probe's `initialDelaySeconds` scaled by `probe_scale`; on a runtime that probes,
 //!    as soon as the probe's result changes, both ways.
 //! 6. A container that exits is restarted with a doubling back-off (`CrashLoopBackOff`, `lastState.terminated`,
-//!    `restartCount`), keeping its `imageID`.
+//!    `restartCount`), keeping its `imageID`. One the runtime created but could not start (an `exec
+//!    format error` on runtimes that fail the start for it) shows `RunContainerError` with the runtime's
+//!    message and a `Failed` Event, then loops the same way, its `lastState.terminated` reason
+//!    `StartError` with exit code 128, as containerd records it.
 //! 7. A pod marked for deletion keeps its status (it may stay Ready, with its old `imageID`) for
 //!    `termination_delay` (at most its grace period), then is deleted with grace period 0.
 //!
 //! The kubelet registers [`Config::nodes`] nodes (`kube-sim`, `kube-sim-1`, … as KWOK does), each with
-//! `max_pods` pods of capacity, and runs the pods the scheduler binds to them; it never binds pods itself.
+//! `max_pods` pods of capacity and the architecture of its runtime's platform (the Docker engine's, or else
+//! the one kube-sim was built for), and runs the pods the scheduler binds to them; it never binds pods
+//! itself.
 
 pub mod docker;
 pub mod keyring;
@@ -194,8 +203,9 @@ pub async fn run_with<R: ContainerRuntime>(
     if let Some(streams) = runtime.pod_streams() {
         store.set_pod_streams(streams);
     }
+    let platform = runtime.platform();
     for identity in &identities {
-        if let Err(e) = node::register(&store, identity, config.max_pods) {
+        if let Err(e) = node::register(&store, identity, &platform, config.max_pods) {
             tracing::warn!(node = %identity.name, error = %e, "registering the node failed");
         }
     }
@@ -293,6 +303,10 @@ enum Stage {
     InvalidName { message: String },
     /// A referenced configMap or secret is missing.
     ConfigError { message: String },
+    /// The runtime could not create the container.
+    CreateFailed { message: String },
+    /// The runtime created the container but could not start it; shown until the restart back-off starts.
+    StartFailed { message: String },
     /// Running since `started_at`.
     Running { started_at: String },
     /// Exited; waiting for the restart back-off.

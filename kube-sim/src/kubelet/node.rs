@@ -1,9 +1,14 @@
 //! The nodes a kubelet registers: their names, addresses and pod networks, and the Node objects.
+//!
+//! A Node reports the architecture of its runtime's [`Platform`] in its `kubernetes.io/arch` and
+//! `beta.kubernetes.io/arch` labels and in `status.nodeInfo.architecture`, in Go's names, as a kubelet
+//! reports the `runtime.GOARCH` it was built for.
 
 use serde_json::json;
 
 use super::{Config, Error, MANAGER};
 use crate::meta;
+use crate::platform::Platform;
 use crate::resource::GroupResource;
 use crate::store::{self, Endpoint, Store, WriteOptions};
 
@@ -47,14 +52,20 @@ fn shift_last_octet(address: &str, by: u32) -> String {
     }
 }
 
-/// Creates (or refreshes) the Node object, with `max_pods` pods of capacity.
-pub(super) fn register(store: &Store, node: &NodeIdentity, max_pods: u32) -> Result<(), Error> {
+/// Creates (or refreshes) the Node object of a node on `platform`, with `max_pods` pods of capacity.
+pub(super) fn register(
+    store: &Store,
+    node: &NodeIdentity,
+    platform: &Platform,
+    max_pods: u32,
+) -> Result<(), Error> {
     let nodes = GroupResource::nodes();
     let name = &node.name;
+    let (os, arch) = (&platform.os, &platform.architecture);
     let cidr = format!("{}.0/24", node.pod_network);
     let object = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
-            "kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-            "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64",
+            "kubernetes.io/hostname": name, "kubernetes.io/os": os, "kubernetes.io/arch": arch,
+            "beta.kubernetes.io/os": os, "beta.kubernetes.io/arch": arch,
             "node-role.kubernetes.io/control-plane": "true", "node-role.kubernetes.io/master": "true",
             "node.kubernetes.io/instance-type": "k3s"}},
         "spec": {"podCIDR": cidr, "podCIDRs": [cidr]}});
@@ -79,7 +90,7 @@ pub(super) fn register(store: &Store, node: &NodeIdentity, max_pods: u32) -> Res
         "addresses": [{"type": "InternalIP", "address": node.ip}, {"type": "Hostname", "address": name}],
         "capacity": resources, "allocatable": resources,
         "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
-        "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "osImage": "kube-sim",
+        "nodeInfo": {"architecture": arch, "operatingSystem": os, "osImage": "kube-sim",
             "kernelVersion": "", "containerRuntimeVersion": "containerd://1.7.23-k3s2",
             "kubeletVersion": "v1.32.0+k3s1", "kubeProxyVersion": "v1.32.0+k3s1",
             "machineID": "", "systemUUID": "", "bootID": ""},

@@ -219,9 +219,15 @@ pub(super) async fn step<R: ContainerRuntime>(
                 );
                 event(k, run, "Warning", "Failed", "Error: ImagePullBackOff");
             }
+            Stage::StartFailed { .. } => {
+                let backoff = k.config.backoff(c.restart_count as u32);
+                c.next = Some(now + backoff / 2);
+                crash_back_off(k, run, i, backoff);
+            }
             Stage::Creating
             | Stage::PullBackOff { .. }
             | Stage::ConfigError { .. }
+            | Stage::CreateFailed { .. }
             | Stage::CrashBackOff { .. } => {
                 start_container(k, run, i, pod, exit_tx).await;
             }
@@ -318,14 +324,83 @@ pub(super) async fn start_container<R: ContainerRuntime>(
             container_event(k, run, i, "Started", &format!("Started container {name}"));
             id
         }
-        Err(message) => {
-            let c = &mut run.containers[i];
-            c.stage = Stage::ConfigError { message };
-            c.next = Some(Instant::now() + cfg.backoff_base);
+        Err(error) => {
+            start_failed(k, run, i, error, pulled);
             return;
         }
     };
     mark_running(k, run, i, id, pulled, exit_tx);
+}
+
+/// Records a container the runtime did not start as the kubelet's `startContainer` reports each step's
+/// failure: a `Failed` Event (`Error: <message>`; once while a configuration error stays the same), the
+/// step's waiting reason, and another attempt after the back-off. A container that was created but did not
+/// start (`RunContainerError`) is recorded as containerd records it, as one that exited at once (reason
+/// `StartError`, exit code 128), and is restarted as an exited one is.
+fn start_failed<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    i: usize,
+    error: runtime::StartError,
+    pulled: PulledImage,
+) {
+    let cfg = &k.config;
+    let c = &mut run.containers[i];
+    let message = error.to_string();
+    let (stage, report) = match error {
+        runtime::StartError::Config(message) => {
+            let again = matches!(&c.stage, Stage::ConfigError { message: m } if *m == message);
+            (Stage::ConfigError { message }, !again)
+        }
+        runtime::StartError::Create(message) => (Stage::CreateFailed { message }, true),
+        runtime::StartError::Run {
+            container_id,
+            message,
+        } => {
+            let name = c.name.clone();
+            container_event(k, run, i, "Created", &format!("Created container: {name}"));
+            container_warning(k, run, i, "Failed", &format!("Error: {message}"));
+            ended_at_start(k, run, i, container_id, message, pulled);
+            return;
+        }
+    };
+    c.stage = stage;
+    c.next = Some(Instant::now() + cfg.backoff_base);
+    if report {
+        container_warning(k, run, i, "Failed", &format!("Error: {message}"));
+    }
+}
+
+/// Container `i`, created as `container_id` but not started, as containerd records it: exited at once with
+/// code 128 and reason `StartError`. It shows `RunContainerError` for the first half of its restart
+/// back-off and `CrashLoopBackOff` for the rest, or is terminated when its pod does not restart it.
+fn ended_at_start<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    i: usize,
+    container_id: String,
+    message: String,
+    pulled: PulledImage,
+) {
+    let restart = run.restart_policy != "Never";
+    let c = &mut run.containers[i];
+    c.pulled = Some(pulled);
+    c.created = true;
+    c.started = false;
+    c.ready = false;
+    c.last_terminated = Some(json!({"terminated": {
+        "exitCode": 128, "reason": "StartError", "message": message,
+        "startedAt": "1970-01-01T00:00:00Z", "finishedAt": meta::now_rfc3339(),
+        "containerID": container_id}}));
+    c.container_id = Some(container_id);
+    if !restart {
+        c.stage = Stage::Terminated;
+        c.next = None;
+        return;
+    }
+    c.restart_count += 1;
+    c.stage = Stage::StartFailed { message };
+    c.next = Some(Instant::now() + k.config.backoff(c.restart_count as u32) / 2);
 }
 
 /// The image of container `i` as its pull policy allows (pulls one at a time, with the pod's pull
@@ -494,7 +569,6 @@ pub(super) fn container_exited<R: ContainerRuntime>(
     id: &str,
     exit: runtime::Exit,
 ) {
-    let pod_ref = format!("{}_{}({})", run.name, run.namespace, run.uid);
     let restart_policy = run.restart_policy.clone();
     let Some(c) = run.containers.get_mut(i) else {
         return;
@@ -526,6 +600,19 @@ pub(super) fn container_exited<R: ContainerRuntime>(
     // A container in CrashLoopBackOff keeps its last container ID and image ID.
     c.restart_count += 1;
     let backoff = k.config.backoff(c.restart_count as u32);
+    c.next = Some(Instant::now() + backoff);
+    crash_back_off(k, run, i, backoff);
+}
+
+/// Puts container `i` in `CrashLoopBackOff` for `backoff`, with the kubelet's `BackOff` Event.
+fn crash_back_off<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &mut PodRun,
+    i: usize,
+    backoff: Duration,
+) {
+    let pod_ref = format!("{}_{}({})", run.name, run.namespace, run.uid);
+    let c = &mut run.containers[i];
     c.stage = Stage::CrashBackOff {
         message: format!(
             "back-off {} restarting failed container={} pod={pod_ref}",
@@ -533,7 +620,6 @@ pub(super) fn container_exited<R: ContainerRuntime>(
             c.name
         ),
     };
-    c.next = Some(Instant::now() + backoff);
     let message = format!(
         "Back-off restarting failed container {} in pod {pod_ref}",
         c.name
@@ -541,7 +627,7 @@ pub(super) fn container_exited<R: ContainerRuntime>(
     event(k, run, "Warning", "BackOff", &message);
 }
 
-/// Records an event about container `i` of the pod, from the kubelet.
+/// Records a `Normal` event about container `i` of the pod, from the kubelet.
 pub(super) fn container_event<R: ContainerRuntime>(
     k: &Arc<Kubelet<R>>,
     run: &PodRun,
@@ -552,6 +638,19 @@ pub(super) fn container_event<R: ContainerRuntime>(
     let involved =
         container_reference(&run.namespace, &run.name, &run.uid, &run.containers[i].name);
     crate::controller::record_event(&k.store, &involved, MANAGER, "Normal", reason, message);
+}
+
+/// Records a `Warning` event about container `i` of the pod, from the kubelet.
+fn container_warning<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &PodRun,
+    i: usize,
+    reason: &str,
+    message: &str,
+) {
+    let involved =
+        container_reference(&run.namespace, &run.name, &run.uid, &run.containers[i].name);
+    crate::controller::record_event(&k.store, &involved, MANAGER, "Warning", reason, message);
 }
 
 /// The object an Event about `container` of a pod names: the pod, with the container's `fieldPath`,

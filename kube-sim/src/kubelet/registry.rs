@@ -14,6 +14,10 @@
 //! from the pod's pull secrets) or else the endpoint host's `auth` in `configs`. When every endpoint
 //! fails, the error is the most telling one, ranked as containerd ranks them: an error status over "not
 //! found" over a failed request.
+//!
+//! An image index resolves to the entry for the node's platform, chosen as containerd chooses it (see
+//! [`crate::platform`]); an index without one fails the pull with containerd's
+//! [`NO_PLATFORM_MATCH`](super::runtime::NO_PLATFORM_MATCH), whichever endpoint served it.
 
 mod auth;
 mod config;
@@ -30,6 +34,7 @@ pub use auth::Credentials;
 pub use config::{Auth, AuthError, HostConfig, Mirror, Registries, Tls, WILDCARD, is_loopback};
 
 use super::reference::{DEFAULT_DOMAIN, Reference};
+use crate::platform::Platform;
 use auth::{Authorizer, Refusal, go_method};
 use config::{port, split_url};
 use transport::{Request, Response, TlsOptions, Transport, status_text};
@@ -123,6 +128,9 @@ pub enum Error {
     /// The registry answered with something that is not a usable manifest or config.
     #[error("{0}")]
     Invalid(String),
+    /// The image is an index with no manifest for the node's platform (containerd's `LimitManifests`).
+    #[error("no match for platform in manifest: not found")]
+    NoPlatformMatch,
 }
 
 impl Error {
@@ -147,13 +155,14 @@ pub struct Resolved {
 }
 
 impl Registries {
-    /// Resolves a reference to its manifest digest and reads its config labels; `credentials` are the
-    /// pull's own (the CRI's `AuthConfig`), used at every endpoint instead of `configs`' `auth`.
-    /// `timeout` bounds each endpoint.
+    /// Resolves a reference to its manifest digest and reads the config labels of its manifest for
+    /// `platform`; `credentials` are the pull's own (the CRI's `AuthConfig`), used at every endpoint instead
+    /// of `configs`' `auth`. `timeout` bounds each endpoint.
     pub async fn resolve(
         &self,
         reference: &Reference,
         credentials: Option<&Auth>,
+        platform: &Platform,
         timeout: Duration,
     ) -> Result<Resolved, Error> {
         let mut endpoints = self
@@ -163,7 +172,7 @@ impl Registries {
             .collect::<Result<Vec<_>, Error>>()?;
         let mut most_telling: Option<Error> = None;
         for endpoint in &mut endpoints {
-            let outcome = tokio::time::timeout(timeout, endpoint.resolve(reference))
+            let outcome = tokio::time::timeout(timeout, endpoint.resolve(reference, platform))
                 .await
                 .unwrap_or_else(|_| {
                     Err(Error::Deadline {
@@ -172,6 +181,8 @@ impl Registries {
                 });
             match outcome {
                 Ok(resolved) => return Ok(resolved),
+                // What the image holds, not how an endpoint serves it: the others have the same.
+                Err(Error::NoPlatformMatch) => return Err(Error::NoPlatformMatch),
                 Err(e)
                     if most_telling
                         .as_ref()
@@ -271,8 +282,13 @@ impl Endpoint {
         self.url(reference, &format!("manifests/{}", reference.lookup()))
     }
 
-    /// The manifest digest (from `HEAD`, or the manifest itself) and the image config's labels.
-    async fn resolve(&mut self, reference: &Reference) -> Result<Resolved, Error> {
+    /// The manifest digest (from `HEAD`, or the manifest itself) and the labels of the config of the image
+    /// for `platform`; an index without an entry for it is [`Error::NoPlatformMatch`].
+    async fn resolve(
+        &mut self,
+        reference: &Reference,
+        platform: &Platform,
+    ) -> Result<Resolved, Error> {
         let head = self
             .send(Method::HEAD, &self.manifest_url(reference), MANIFEST_ACCEPT)
             .await?;
@@ -296,40 +312,47 @@ impl Endpoint {
         }
         let body = manifest.response.body;
         let digest = digest.unwrap_or_else(|| sha256_digest(&body));
-        let labels = self
-            .config_labels(reference, &body)
-            .await
-            .unwrap_or_else(|e| {
-                tracing::debug!(image = %reference.familiar_with_tag(), error = %e, "no image config labels");
-                BTreeMap::new()
-            });
+        let labels = match self.platform_manifest(reference, &body, platform).await {
+            Ok(manifest) => self.config_labels(reference, &manifest).await,
+            Err(Error::NoPlatformMatch) => return Err(Error::NoPlatformMatch),
+            Err(e) => Err(e),
+        };
+        let labels = labels.unwrap_or_else(|e| {
+            tracing::debug!(image = %reference.familiar_with_tag(), error = %e, "no image config labels");
+            BTreeMap::new()
+        });
         Ok(Resolved { digest, labels })
     }
 
-    /// The labels of the image config, following an index to its linux/amd64 (or first) manifest.
-    async fn config_labels(
+    /// The image manifest for `platform`: the document itself, or an index's entry for the platform (see
+    /// [`platform_entry`]), fetched.
+    async fn platform_manifest(
         &mut self,
         reference: &Reference,
         manifest: &[u8],
-    ) -> Result<BTreeMap<String, String>, Error> {
-        let mut doc: Value = serde_json::from_slice(manifest)
+        platform: &Platform,
+    ) -> Result<Value, Error> {
+        let doc: Value = serde_json::from_slice(manifest)
             .map_err(|e| Error::Invalid(format!("manifest is not JSON: {e}")))?;
-        if let Some(list) = doc.get("manifests").and_then(Value::as_array) {
-            let pick = list
-                .iter()
-                .find(|m| {
-                    m.pointer("/platform/os") == Some(&"linux".into())
-                        && m.pointer("/platform/architecture") == Some(&"amd64".into())
-                })
-                .or_else(|| list.first())
-                .and_then(|m| m["digest"].as_str())
-                .ok_or_else(|| Error::Invalid("empty image index".into()))?
-                .to_string();
-            let url = self.url(reference, &format!("manifests/{pick}"));
-            let r = self.send(Method::GET, &url, MANIFEST_ACCEPT).await?;
-            doc = serde_json::from_slice(&r.response.body)
-                .map_err(|e| Error::Invalid(format!("manifest is not JSON: {e}")))?;
+        let Some(entries) = doc.get("manifests").and_then(Value::as_array) else {
+            return Ok(doc);
+        };
+        let pick = platform_entry(entries, platform).ok_or(Error::NoPlatformMatch)?;
+        let url = self.url(reference, &format!("manifests/{pick}"));
+        let r = self.send(Method::GET, &url, MANIFEST_ACCEPT).await?;
+        if !r.response.status.is_success() {
+            return Err(r.status_error());
         }
+        serde_json::from_slice(&r.response.body)
+            .map_err(|e| Error::Invalid(format!("manifest is not JSON: {e}")))
+    }
+
+    /// The labels of an image manifest's config.
+    async fn config_labels(
+        &mut self,
+        reference: &Reference,
+        doc: &Value,
+    ) -> Result<BTreeMap<String, String>, Error> {
         let config = doc
             .pointer("/config/digest")
             .and_then(Value::as_str)
@@ -442,6 +465,28 @@ impl Endpoint {
     }
 }
 
+/// The digest of the image index entry a node of `platform` pulls, as containerd's `FilterPlatforms` and
+/// `LimitManifests` pick it: the best ranked of the entries for the platform (see [`Platform::rank`]), the
+/// first of equals, entries that name no platform after all others; `None` when no entry is for it.
+fn platform_entry<'a>(entries: &'a [Value], platform: &Platform) -> Option<&'a str> {
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let rank = match entry.get("platform").filter(|p| !p.is_null()) {
+                None => usize::MAX,
+                Some(p) => {
+                    let field = |name: &str| p[name].as_str().unwrap_or("");
+                    let named =
+                        Platform::new(field("os"), field("architecture"), p["variant"].as_str());
+                    platform.rank(&named)?
+                }
+            };
+            Some((rank, entry["digest"].as_str()?))
+        })
+        .min_by_key(|(rank, _)| *rank)
+        .map(|(_, digest)| digest)
+}
+
 /// `sha256:<hex>` of some bytes.
 pub fn sha256_digest(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
@@ -459,13 +504,60 @@ mod tests {
         let r = Registries::default();
         let reference = Reference::parse(&format!("127.0.0.1:{port}/x:1")).unwrap();
         let err = r
-            .resolve(&reference, None, Duration::from_secs(5))
+            .resolve(
+                &reference,
+                None,
+                &Platform::linux_of_build(),
+                Duration::from_secs(5),
+            )
             .await
             .unwrap_err();
         assert!(
             err.to_string().contains("connection refused"),
             "unexpected error: {err}"
         );
+    }
+
+    #[test]
+    fn an_index_resolves_to_the_entry_for_the_nodes_platform() {
+        let entry = |digest: &str, platform: Value| {
+            serde_json::json!({"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "digest": digest, "size": 1, "platform": platform})
+        };
+        fn linux(arch: &str, variant: Option<&str>) -> Value {
+            serde_json::json!({"os": "linux", "architecture": arch, "variant": variant})
+        }
+        let index = [
+            entry("sha256:arm7", linux("arm", Some("v7"))),
+            entry("sha256:arm64", linux("arm64", Some("v8"))),
+            entry("sha256:386", linux("386", None)),
+            entry("sha256:amd64", linux("amd64", None)),
+            entry(
+                "sha256:win",
+                serde_json::json!({"os": "windows", "architecture": "amd64"}),
+            ),
+        ];
+        let pick = |machine: &str, entries: &[Value]| {
+            platform_entry(entries, &Platform::linux(machine)).map(str::to_string)
+        };
+        assert_eq!(pick("x86_64", &index).as_deref(), Some("sha256:amd64"));
+        assert_eq!(pick("aarch64", &index).as_deref(), Some("sha256:arm64"));
+        assert_eq!(pick("armv7l", &index).as_deref(), Some("sha256:arm7"));
+        // containerd's fall-backs: 386 on amd64, arm/v7 on arm64.
+        assert_eq!(pick("x86_64", &index[2..3]).as_deref(), Some("sha256:386"));
+        assert_eq!(pick("aarch64", &index[..1]).as_deref(), Some("sha256:arm7"));
+        // No silent fall-back to the first entry.
+        assert_eq!(pick("x86_64", &index[..2]), None);
+        assert_eq!(pick("s390x", &index), None);
+        assert_eq!(pick("x86_64", &index[4..]), None);
+        // An entry that names no platform is taken only when none names the node's.
+        let unnamed = serde_json::json!({"digest": "sha256:any", "size": 1});
+        let with_unnamed = [unnamed.clone(), index[1].clone()];
+        assert_eq!(
+            pick("aarch64", &with_unnamed).as_deref(),
+            Some("sha256:arm64")
+        );
+        assert_eq!(pick("x86_64", &with_unnamed).as_deref(), Some("sha256:any"));
     }
 
     #[test]

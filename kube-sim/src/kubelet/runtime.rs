@@ -4,6 +4,10 @@
 //! is stopped, or exits with code 1 after a delay when its image config carries the label
 //! `dev-env.sim/crash=true` or the container sets `SIM_CRASH=1`. Another runtime (real containers) can
 //! implement [`ContainerRuntime`] and plug into the same kubelet.
+//!
+//! A runtime runs pods for one [`Platform`]: the architecture its Node reports, and the entry its pulls pick
+//! from an image index. An index without one for it fails the pull as containerd fails it
+//! ([`no_platform_match`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -15,6 +19,7 @@ use serde_json::Value;
 use super::reference::Reference;
 use super::registry::{self, Auth, Registries};
 use crate::lock::MutexExt as _;
+use crate::platform::Platform;
 
 /// The image label that makes a virtual container crash.
 pub const CRASH_LABEL: &str = "dev-env.sim/crash";
@@ -40,6 +45,45 @@ pub struct PullError {
     pub message: String,
 }
 
+/// Why the runtime could not start a container, told apart as the kubelet's `startContainer` tells its steps
+/// apart (`pkg/kubelet/kuberuntime/kuberuntime_container.go`).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum StartError {
+    /// Its configuration could not be made (`CreateContainerConfigError`): an environment variable from a
+    /// missing configMap or secret, or no token for its service account. Retried after the back-off.
+    #[error("{0}")]
+    Config(String),
+    /// The runtime could not create it (`CreateContainerError`). Retried after the back-off.
+    #[error("{0}")]
+    Create(String),
+    /// The runtime created it but could not start it (`RunContainerError`); containerd records such a
+    /// container as exited with code 128 and reason `StartError`, and the kubelet restarts it with back-off.
+    #[error("{message}")]
+    Run {
+        /// The container the runtime created (`docker://<id>`).
+        container_id: String,
+        /// The runtime's error.
+        message: String,
+    },
+}
+
+/// What containerd says when an image index has no manifest for the node's platform (`LimitManifests` in
+/// `core/images/handlers.go`).
+pub const NO_PLATFORM_MATCH: &str = "no match for platform in manifest: not found";
+
+/// The pull error the kubelet shows when an image index has no manifest for the node's platform: containerd's
+/// error as its CRI `PullImage` wraps it and the kubelet receives it over gRPC
+/// (`internal/cri/server/images/image_pull.go`).
+pub fn no_platform_match(image: &Reference) -> PullError {
+    PullError {
+        message: format!(
+            "rpc error: code = NotFound desc = failed to pull and unpack image \"{}\": \
+             {NO_PLATFORM_MATCH}",
+            image.familiar_with_tag()
+        ),
+    }
+}
+
 /// How a container ended.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Exit {
@@ -62,6 +106,12 @@ pub trait ContainerRuntime: Send + Sync + 'static {
     /// An image pulled before, for `imagePullPolicy: IfNotPresent` and `Never`.
     fn cached(&self, image: &Reference) -> Option<PulledImage>;
 
+    /// The platform of the node whose pods this runtime runs: the Node reports its architecture, and pulls
+    /// pick an image index's entry for it. The default is Linux on the architecture kube-sim was built for.
+    fn platform(&self) -> Platform {
+        Platform::linux_of_build()
+    }
+
     /// Starts a container of a pod from a pulled image; returns its ID (`containerd://<hex>`). The kubelet
     /// took the pod up at `admitted`, when its probe workers start ticking.
     fn start(
@@ -70,7 +120,7 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         container: &Value,
         image: &PulledImage,
         admitted: tokio::time::Instant,
-    ) -> impl Future<Output = Result<String, String>> + Send;
+    ) -> impl Future<Output = Result<String, StartError>> + Send;
 
     /// Waits for a started container to exit; never resolves for one that keeps running.
     fn wait(&self, container_id: &str) -> impl Future<Output = Exit> + Send;
@@ -132,9 +182,11 @@ pub trait ContainerRuntime: Send + Sync + 'static {
     }
 }
 
-/// A runtime that resolves images in real registries and runs nothing.
+/// A runtime that resolves images in real registries and runs nothing, for a Linux node on the architecture
+/// kube-sim was built for.
 pub struct VirtualRuntime {
     registries: Registries,
+    platform: Platform,
     pull_timeout: Duration,
     crash_after: Duration,
     images: Mutex<HashMap<String, PulledImage>>,
@@ -150,6 +202,7 @@ impl VirtualRuntime {
     ) -> VirtualRuntime {
         VirtualRuntime {
             registries,
+            platform: Platform::linux_of_build(),
             pull_timeout,
             crash_after,
             images: Mutex::new(HashMap::new()),
@@ -167,7 +220,7 @@ impl ContainerRuntime for VirtualRuntime {
         let shown = image.familiar_with_tag();
         match self
             .registries
-            .resolve(image, credentials, self.pull_timeout)
+            .resolve(image, credentials, &self.platform, self.pull_timeout)
             .await
         {
             Ok(resolved) => {
@@ -179,6 +232,7 @@ impl ContainerRuntime for VirtualRuntime {
                 self.images.lock_unpoisoned().insert(shown, pulled.clone());
                 Ok(pulled)
             }
+            Err(registry::Error::NoPlatformMatch) => Err(no_platform_match(image)),
             Err(e) => {
                 let code = match e {
                     registry::Error::NotFound { .. } => "NotFound",
@@ -201,13 +255,17 @@ impl ContainerRuntime for VirtualRuntime {
             .cloned()
     }
 
+    fn platform(&self) -> Platform {
+        self.platform.clone()
+    }
+
     async fn start(
         &self,
         _pod: &Value,
         container: &Value,
         image: &PulledImage,
         _admitted: tokio::time::Instant,
-    ) -> Result<String, String> {
+    ) -> Result<String, StartError> {
         let id = crate::meta::random_hex(32);
         let crash = image.labels.get(CRASH_LABEL).is_some_and(|v| v == "true")
             || container["env"].as_array().is_some_and(|env| {

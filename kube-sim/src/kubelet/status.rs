@@ -34,6 +34,8 @@ pub(super) fn container_status(c: &Container) -> Value {
         ),
         Stage::InvalidName { message } => waiting("InvalidImageName", Some(message)),
         Stage::ConfigError { message } => waiting("CreateContainerConfigError", Some(message)),
+        Stage::CreateFailed { message } => waiting("CreateContainerError", Some(message)),
+        Stage::StartFailed { message } => waiting("RunContainerError", Some(message)),
         Stage::Running { started_at } => json!({"running": {"startedAt": started_at}}),
         Stage::CrashBackOff { message } => waiting("CrashLoopBackOff", Some(message)),
         Stage::Terminated => c

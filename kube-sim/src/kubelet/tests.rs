@@ -5,19 +5,25 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::pod_workers::humanize;
-use super::runtime::{Exit, Probed, PullError, PulledImage};
+use super::runtime::{Exit, Probed, PullError, PulledImage, StartError};
 use super::*;
 use crate::store::{DeleteOptions, Deleted, ListOptions, StoreConfig, WriteOptions};
 
 const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
 const DEADLINE: Duration = Duration::from_secs(10);
 
+/// containerd's start error for a binary of another architecture, as runtimes that fail the start say it.
+const EXEC_FORMAT_ERROR: &str = "failed to create containerd task: failed to create shim task: OCI \
+runtime create failed: runc create failed: unable to start container process: exec: \"/app\": exec format \
+error: unknown";
+
 /// Images named `missing…` fail to pull; `private…` ones pull only as user `good`; `crash…` images carry
 /// the crash label; others resolve to DIGEST; `slow…` ones take 300 ms to start, their container
-/// existing from the start of the call. The containers it started are kept in `started`, those it
-/// stopped in `stopped`, the user of every pull (`""` for anonymous ones) in `pulled_as`. Containers of
-/// `probing…` images are ready as `probe` says (not ready once it is taken away); others after the
-/// kubelet's delay.
+/// existing from the start of the call; `uncreatable…` ones cannot be created and `unstartable…` ones
+/// are created but do not start (an `exec format error`). The containers it started are kept in
+/// `started`, those it stopped in `stopped`, the user of every pull (`""` for anonymous ones) in
+/// `pulled_as`. Containers of `probing…` images are ready as `probe` says (not ready once it is taken
+/// away); others after the kubelet's delay. Its node is an armv7 machine.
 struct FakeRuntime {
     started: Arc<std::sync::Mutex<Vec<String>>>,
     stopped: Arc<std::sync::Mutex<Vec<String>>>,
@@ -65,13 +71,20 @@ impl ContainerRuntime for FakeRuntime {
         None
     }
 
+    fn platform(&self) -> crate::platform::Platform {
+        crate::platform::Platform::linux("armv7l")
+    }
+
     async fn start(
         &self,
         _pod: &Value,
         _container: &Value,
         image: &PulledImage,
         _admitted: tokio::time::Instant,
-    ) -> Result<String, String> {
+    ) -> Result<String, StartError> {
+        if image.image.contains("uncreatable") {
+            return Err(StartError::Create("no space left on device".into()));
+        }
         let crash = if image.labels.contains_key(runtime::CRASH_LABEL) {
             "c"
         } else if image.image.contains("probing") {
@@ -84,6 +97,12 @@ impl ContainerRuntime for FakeRuntime {
         self.started.lock().unwrap().push(id.clone());
         if image.image.contains("slow") {
             tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        if image.image.contains("unstartable") {
+            return Err(StartError::Run {
+                container_id: id,
+                message: EXEC_FORMAT_ERROR.into(),
+            });
         }
         Ok(id)
     }
@@ -562,6 +581,149 @@ async fn missing_config_references_block_the_container_until_they_exist() {
         .unwrap();
     h.history_until("cfg", |p| condition(p, "Ready")["status"] == "True")
         .await;
+}
+
+/// The Events recorded about a pod, as `(type, reason, message)`.
+fn events_of(h: &Harness, pod: &str) -> Vec<(String, String, String)> {
+    let opts = ListOptions {
+        field_selector: Some(format!("involvedObject.name={pod}")),
+        ..ListOptions::default()
+    };
+    let events = h
+        .store
+        .list(&GroupResource::events(), Some("default"), &opts);
+    let text = |e: &Value, field: &str| e[field].as_str().unwrap_or("").to_string();
+    events
+        .unwrap()
+        .items
+        .iter()
+        .map(|e| (text(e, "type"), text(e, "reason"), text(e, "message")))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_container_that_does_not_start_shows_run_container_error_then_loops() {
+    let h = Harness::start();
+    h.create_pod("foreign", bound("unstartable:1"));
+    let seen = h
+        .history_until("foreign", |p| {
+            waiting_reason(p) == Some("CrashLoopBackOff")
+                && container(p)["restartCount"].as_i64() >= Some(2)
+        })
+        .await;
+    let failed = seen
+        .iter()
+        .find(|p| waiting_reason(p) == Some("RunContainerError"))
+        .expect("RunContainerError shows before the back-off");
+    let c = container(failed);
+    assert_eq!(c["state"]["waiting"]["message"], EXEC_FORMAT_ERROR);
+    assert_eq!(c["lastState"]["terminated"]["reason"], "StartError");
+    assert_eq!(c["lastState"]["terminated"]["exitCode"], 128);
+    assert_eq!(c["lastState"]["terminated"]["message"], EXEC_FORMAT_ERROR);
+    assert_eq!(
+        c["imageID"],
+        format!("docker.io/library/unstartable@{DIGEST}")
+    );
+    assert!(c["containerID"].is_string(), "{c:#}");
+    assert_eq!(c["restartCount"], 1);
+    assert_eq!(c["started"], false);
+    assert_eq!(failed["status"]["phase"], "Running");
+    let events = events_of(&h, "foreign");
+    let said = |kind: &str, reason: &str, message: &str| {
+        events
+            .iter()
+            .any(|(t, r, m)| t == kind && r == reason && m.starts_with(message))
+    };
+    assert!(
+        said("Normal", "Created", "Created container: a"),
+        "{events:?}"
+    );
+    assert!(
+        said("Warning", "Failed", &format!("Error: {EXEC_FORMAT_ERROR}")),
+        "{events:?}"
+    );
+    assert!(
+        said(
+            "Warning",
+            "BackOff",
+            "Back-off restarting failed container a"
+        ),
+        "{events:?}"
+    );
+    assert!(!said("Normal", "Started", ""), "{events:?}");
+}
+
+#[tokio::test]
+async fn a_container_that_does_not_start_ends_its_pod_when_it_is_not_restarted() {
+    let h = Harness::start();
+    let mut spec = bound("unstartable:1");
+    spec["restartPolicy"] = json!("Never");
+    h.create_pod("once", spec);
+    let seen = h
+        .history_until("once", |p| p["status"]["phase"] == "Failed")
+        .await;
+    let c = container(seen.last().unwrap());
+    assert_eq!(c["state"]["terminated"]["reason"], "StartError");
+    assert_eq!(c["restartCount"], 0);
+}
+
+#[tokio::test]
+async fn a_container_the_runtime_cannot_create_shows_create_container_error() {
+    let h = Harness::start();
+    h.create_pod("full", bound("uncreatable:1"));
+    let seen = h
+        .history_until("full", |p| {
+            waiting_reason(p) == Some("CreateContainerError")
+        })
+        .await;
+    let last = seen.last().unwrap();
+    assert_eq!(
+        container(last)["state"]["waiting"]["message"],
+        "no space left on device"
+    );
+    assert_eq!(container(last)["imageID"], "");
+    assert_eq!(last["status"]["phase"], "Pending");
+    let events = events_of(&h, "full");
+    assert!(
+        events.iter().any(|(t, r, m)| t == "Warning"
+            && r == "Failed"
+            && m == "Error: no space left on device"),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_node_reports_its_runtimes_architecture() {
+    let h = Harness::start();
+    h.create_pod("any", bound("nginx:1"));
+    h.history_until("any", |p| condition(p, "Ready")["status"] == "True")
+        .await;
+    let node = h
+        .store
+        .get(&GroupResource::nodes(), None, "node-1")
+        .unwrap();
+    assert_eq!(node["metadata"]["labels"]["kubernetes.io/arch"], "arm");
+    assert_eq!(node["metadata"]["labels"]["beta.kubernetes.io/arch"], "arm");
+    assert_eq!(node["metadata"]["labels"]["kubernetes.io/os"], "linux");
+    assert_eq!(node["status"]["nodeInfo"]["architecture"], "arm");
+    assert_eq!(node["status"]["nodeInfo"]["operatingSystem"], "linux");
+}
+
+#[test]
+fn the_virtual_runtime_runs_pods_for_the_architecture_kube_sim_was_built_for() {
+    let rt = VirtualRuntime::new(
+        Registries::default(),
+        Duration::from_secs(1),
+        Duration::from_millis(10),
+    );
+    let platform = rt.platform();
+    assert_eq!(platform, crate::platform::Platform::linux_of_build());
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(platform.to_string(), "linux/amd64");
+    }
+    if cfg!(target_arch = "aarch64") {
+        assert_eq!(platform.to_string(), "linux/arm64");
+    }
 }
 
 #[tokio::test]

@@ -177,7 +177,7 @@ fn docker_quiet(args: &[&str]) {
 }
 
 /// Builds the test binary once per target directory (cargo skips the work when nothing changed).
-async fn build_app() -> PathBuf {
+pub(crate) async fn build_app() -> PathBuf {
     let root = std::env::temp_dir().join("kube-sim-docker-it");
     let src = root.join("app/src");
     std::fs::create_dir_all(&src).expect("the app directory");
@@ -375,7 +375,7 @@ impl Fixture {
     }
 
     /// The IDs of every container (running or not) with this test's label.
-    async fn containers(&self) -> Vec<String> {
+    pub(crate) async fn containers(&self) -> Vec<String> {
         docker_ok(&[
             "ps",
             "-aq",
@@ -467,7 +467,7 @@ fn running(p: &Value) -> bool {
     container_status(p).pointer("/state/running").is_some()
 }
 
-fn waiting_reason(p: &Value) -> Option<&str> {
+pub(crate) fn waiting_reason(p: &Value) -> Option<&str> {
     container_status(p)
         .pointer("/state/waiting/reason")?
         .as_str()

@@ -20,11 +20,11 @@ fn pod(name: &str, image: &str) -> Pod {
     .expect("a pod")
 }
 
-fn status(p: &Value) -> &Value {
+pub(crate) fn status(p: &Value) -> &Value {
     &p["status"]["containerStatuses"][0]
 }
 
-fn waiting(p: &Value) -> Option<&str> {
+pub(crate) fn waiting(p: &Value) -> Option<&str> {
     status(p).pointer("/state/waiting/reason")?.as_str()
 }
 
@@ -36,7 +36,7 @@ fn ready(p: &Value) -> bool {
 }
 
 /// Creates pods through kube-rs and returns every version of each until `done` holds for all of them.
-async fn run_pods(
+pub(crate) async fn run_pods(
     sim: &kube_sim::Sim,
     pods: &[(&str, String)],
     done: impl Fn(&Value) -> bool,

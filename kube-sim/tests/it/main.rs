@@ -14,6 +14,7 @@ mod lists;
 mod oci;
 mod openapi;
 mod ownership;
+mod platforms;
 mod private_registry;
 mod probes;
 mod protobuf;

@@ -1,6 +1,7 @@
 //! A real OCI distribution registry for the kubelet tests: Debian's `docker-registry` on a free loopback
 //! port with storage in a temporary directory, in the clear or over TLS and behind an `auth:` section,
-//! and images pushed with plain HTTP calls (monolithic blob uploads, then the manifest).
+//! and images pushed with plain HTTP calls (monolithic blob uploads, then the manifest): single-platform
+//! images, and image indexes of images for named platforms, assembled here from a `FROM scratch` layer.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -212,6 +213,93 @@ impl Registry {
         manifest_digest
     }
 
+    /// Pushes an image for `platform` (`{"os", "architecture", "variant"?}`) whose one layer holds the
+    /// executable `/app` with `app`'s bytes and whose config runs it with `labels`, under `reference` (a
+    /// tag, or its digest when `None`); returns the manifest's descriptor, `platform` included, for
+    /// [`Registry::push_index`].
+    pub async fn push_platform_image(
+        &self,
+        repo: &str,
+        reference: Option<&str>,
+        platform: &serde_json::Value,
+        app: &[u8],
+        labels: &[(&str, &str)],
+    ) -> serde_json::Value {
+        let (layer, diff_id) = app_layer(app);
+        let labels: serde_json::Map<String, serde_json::Value> = labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect();
+        let mut config = json!({
+            "os": platform["os"], "architecture": platform["architecture"],
+            "config": {"Labels": labels, "Entrypoint": ["/app"]},
+            "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+        });
+        if let Some(variant) = platform.get("variant") {
+            config["variant"] = variant.clone();
+        }
+        let config = Bytes::from(serde_json::to_vec(&config).expect("the config serialises"));
+        self.upload(repo, &layer).await;
+        self.upload(repo, &config).await;
+        let manifest = json!({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": digest(&config), "size": config.len()},
+            "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": digest(&layer), "size": layer.len()}],
+        });
+        let manifest = Bytes::from(serde_json::to_vec(&manifest).expect("the manifest serialises"));
+        let manifest_digest = digest(&manifest);
+        let reference = reference.unwrap_or(&manifest_digest);
+        let size = manifest.len();
+        self.put_manifest(repo, reference, OCI_MANIFEST, manifest)
+            .await;
+        json!({"mediaType": OCI_MANIFEST, "digest": manifest_digest, "size": size,
+            "platform": platform})
+    }
+
+    /// Pushes an OCI image index of these manifest descriptors under `tag`; returns its digest.
+    pub async fn push_index(
+        &self,
+        repo: &str,
+        tag: &str,
+        manifests: &[serde_json::Value],
+    ) -> String {
+        let index = json!({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests});
+        let index = Bytes::from(serde_json::to_vec(&index).expect("the index serialises"));
+        self.put_manifest(repo, tag, OCI_INDEX, index).await
+    }
+
+    /// Puts a manifest (or index) under a tag or its digest; returns the digest the registry names.
+    async fn put_manifest(
+        &self,
+        repo: &str,
+        reference: &str,
+        media_type: &str,
+        body: Bytes,
+    ) -> String {
+        let expected = digest(&body);
+        let (status, headers, answer) = self
+            .request(
+                Method::PUT,
+                &format!("/v2/{repo}/manifests/{reference}"),
+                Some(media_type),
+                body,
+            )
+            .await
+            .expect("the manifest upload connects");
+        assert_eq!(
+            status,
+            StatusCode::CREATED,
+            "manifest upload: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        let named = headers
+            .get("docker-content-digest")
+            .and_then(|v| v.to_str().ok());
+        assert_eq!(named, Some(expected.as_str()));
+        expected
+    }
+
     async fn upload(&self, repo: &str, blob: &Bytes) {
         let (status, headers, _) = self
             .request(
@@ -348,6 +436,30 @@ fn client_config(tls: &ServingCert) -> Arc<rustls::ClientConfig> {
         None => builder.with_no_client_auth(),
     };
     Arc::new(config)
+}
+
+/// The media type of an OCI image manifest.
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+/// The media type of an OCI image index.
+const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
+
+/// A `FROM scratch` layer holding the executable `/app`: the gzipped tar and the digest of the tar (the
+/// config's `diff_id`).
+fn app_layer(app: &[u8]) -> (Bytes, String) {
+    let mut header = tar::Header::new_gnu();
+    header.set_mode(0o755);
+    header.set_size(app.len() as u64);
+    header.set_cksum();
+    let mut builder = tar::Builder::new(Vec::new());
+    builder
+        .append_data(&mut header, "app", app)
+        .expect("the layer is packed");
+    let tar = builder.into_inner().expect("the layer is packed");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &tar).expect("the layer is compressed");
+    let gzipped = gz.finish().expect("the layer is compressed");
+    (Bytes::from(gzipped), digest(&tar))
 }
 
 /// `sha256:<hex>` of some bytes.

@@ -1,5 +1,5 @@
 //! Images on the engine: the name the engine pulls an image by (registry mirrors it cannot resolve replaced
-//! by loopback ones), and pulls recorded with the digest pods run.
+//! by loopback ones), pulls for the node's platform, and pulls recorded with the digest pods run.
 
 use bollard::auth::DockerCredentials;
 use bollard::query_parameters::CreateImageOptionsBuilder;
@@ -8,7 +8,7 @@ use futures::StreamExt as _;
 use super::{DockerRuntime, engine_message};
 use crate::kubelet::reference::Reference;
 use crate::kubelet::registry::{Auth, AuthError, Registries};
-use crate::kubelet::runtime::{PullError, PulledImage};
+use crate::kubelet::runtime::{PullError, PulledImage, no_platform_match};
 use crate::lock::MutexExt as _;
 
 impl DockerRuntime {
@@ -24,10 +24,11 @@ impl DockerRuntime {
         format!("{domain}/{}{tail}", image.path)
     }
 
-    /// Pulls an image through the engine under its engine-side name, and records the name pods run it by:
-    /// the engine's name with the digest, so a restart runs the same image. The engine is given the
-    /// kubelet's credentials, or else the `auth` that `registries.yaml` has for the registry's endpoints
-    /// (or for the engine's name of it).
+    /// Pulls an image through the engine under its engine-side name, for the node's platform, and records
+    /// the name pods run it by: the engine's name with the digest, so a restart runs the same image. The
+    /// engine is given the kubelet's credentials, or else the `auth` that `registries.yaml` has for the
+    /// registry's endpoints (or for the engine's name of it). An index without an entry for the platform
+    /// fails as containerd fails it, whatever the engine's words for it.
     pub(super) async fn pull_image(
         &self,
         image: &Reference,
@@ -35,9 +36,11 @@ impl DockerRuntime {
     ) -> Result<PulledImage, PullError> {
         let shown = image.familiar_with_tag();
         let engine_ref = self.engine_reference(image);
-        tracing::info!(image = %shown, pull = %engine_ref, "pulling");
+        let platform = self.inner.platform.to_string();
+        tracing::info!(image = %shown, pull = %engine_ref, %platform, "pulling");
         let options = CreateImageOptionsBuilder::default()
             .from_image(&engine_ref)
+            .platform(&platform)
             .build();
         let engine_host = engine_domain(&self.inner.registries, &image.domain);
         let credentials = credentials.or_else(|| {
@@ -64,6 +67,10 @@ impl DockerRuntime {
                 Err(e) => Some(engine_message(&e)),
             };
             if let Some(message) = failure {
+                if is_no_platform_match(&message) {
+                    tracing::debug!(image = %shown, %message, "no entry for the node's platform");
+                    return Err(no_platform_match(image));
+                }
                 return Err(PullError {
                     message: format!(
                         "failed to pull image \"{shown}\" (as \"{engine_ref}\"): {message}"
@@ -156,6 +163,14 @@ fn repo_digest(repo_digests: Vec<String>, engine_name: &str) -> Option<String> {
     })
 }
 
+/// Whether an engine's pull error says that the image index has no manifest for the platform asked: the
+/// classic image store's `no matching manifest for linux/arm64 in the manifest list entries`, or
+/// containerd's `no match for platform in manifest` (the engine's containerd image store).
+fn is_no_platform_match(message: &str) -> bool {
+    message.contains("no matching manifest for")
+        || message.contains("no match for platform in manifest")
+}
+
 /// Whether a registry host is the engine's loopback.
 fn is_loopback(host: &str) -> bool {
     let name = host.rsplit_once(':').map(|(h, _)| h).unwrap_or(host);
@@ -209,6 +224,19 @@ mod tests {
         );
         assert_eq!(engine_domain(&r, "localhost:36099"), "localhost:36099");
         assert_eq!(engine_domain(&r, "ghcr.io"), "ghcr.io");
+    }
+
+    #[test]
+    fn the_engines_words_for_an_index_without_the_platform_are_recognised() {
+        assert!(is_no_platform_match(
+            "no matching manifest for linux/arm64/v8 in the manifest list entries"
+        ));
+        assert!(is_no_platform_match(
+            "no match for platform in manifest: not found"
+        ));
+        assert!(!is_no_platform_match(
+            "manifest for localhost:5000/x:v1 not found: manifest unknown: manifest unknown"
+        ));
     }
 
     #[test]
