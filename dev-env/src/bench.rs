@@ -2,12 +2,14 @@
 //! reported as median, min and max over several runs. Nothing here is a
 //! test: no figure is asserted.
 //!
-//! Three sets: the inner loop against the same change by hand, then under
-//! `watch` ([`inner_loop`]), a large layer against `curl` ([`blob_upload`]),
-//! and kube-sim at scale ([`sim_scale`]).
+//! Four sets: the inner loop against the same change by hand, then under
+//! `watch` ([`inner_loop`]), the loop on the repository's own operator
+//! ([`operator_loop`]), a large layer against `curl` ([`blob_upload`]), and
+//! kube-sim at scale ([`sim_scale`]).
 
 mod first_run;
 mod inner_loop;
+mod operator;
 mod scale;
 mod upload;
 mod watching;
@@ -24,6 +26,7 @@ use xshell::{Shell, cmd};
 pub use self::{
     first_run::first_run,
     inner_loop::{app_source, inner_loop},
+    operator::operator_loop,
     scale::sim_scale,
     upload::blob_upload,
 };

@@ -281,6 +281,7 @@ pub async fn push_component(
             let platform = options.builds.platform.to_string();
             let build = docker::DockerBuild {
                 platform: &platform,
+                no_cache: false,
                 context,
                 dockerfile,
                 target: stage.as_deref(),
@@ -453,6 +454,13 @@ async fn push_docker(
                 })?;
             &connected
         }
+    };
+    // A build for another platform than the engine's own must not reuse
+    // the engine's cached steps: its legacy builder would take them.
+    let engine = crate::platform::of_engine(docker).await.ok();
+    let build = docker::DockerBuild {
+        no_cache: engine.is_some_and(|e| e.to_string() != build.platform),
+        ..build
     };
     docker::build(docker, &build)
         .await

@@ -512,6 +512,7 @@ async fn build_local_image_from(
         repository,
         tag,
         platform: "",
+        no_cache: false,
         staged: &[],
         output: None,
     };

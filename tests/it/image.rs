@@ -360,4 +360,45 @@ async fn the_engine_pulls_and_runs_a_cargo_built_image_by_digest() {
         .read()
         .unwrap();
     assert_eq!(output, "hello, one");
+    // The image says what it runs on: this engine's platform.
+    let format = "{{.Os}}/{{.Architecture}}";
+    let platform = xshell::cmd!(sh, "docker image inspect --format {format} {pinned}")
+        .read()
+        .unwrap();
+    let here = dev_env::platform::Platform::linux(std::env::consts::ARCH);
+    assert_eq!(platform, format!("linux/{}", here.architecture));
+}
+
+#[tokio::test]
+async fn a_docker_build_is_given_the_clusters_platform() {
+    require_docker();
+    let registry = DistributionRegistry::start();
+    let project = Project::new(&registry.host());
+    let config = Config::load(&project.config_path()).unwrap();
+    let client = distribution::Client::new(&registry.host());
+    // A cluster of arm64 nodes, whatever this machine is.
+    let arm64 = dev_env::platform::Platform::linux("arm64");
+    let components = [String::from("static")];
+    let builds = image::builds::plan(&config, &components, &arm64).unwrap();
+    let pushed = image::push_components(&config, &client, &components, quiet(&builds))
+        .await
+        .remove(0)
+        .unwrap();
+    let repository = format!("{}/{}", registry.host(), pushed.image);
+    let pinned = format!("{repository}@{}", pushed.digest);
+    let mut cleanup = DockerCleanup::default();
+    cleanup
+        .images
+        .extend([pinned.clone(), format!("{repository}:dev")]);
+    let sh = xshell::Shell::new().unwrap();
+    xshell::cmd!(sh, "docker pull -q {pinned}")
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .unwrap();
+    let format = "{{.Os}}/{{.Architecture}}";
+    let platform = xshell::cmd!(sh, "docker image inspect --format {format} {pinned}")
+        .read()
+        .unwrap();
+    assert_eq!(platform, "linux/arm64");
 }

@@ -8,6 +8,7 @@ mod image;
 mod init;
 mod lifecycle;
 mod operator;
+mod platform;
 mod prune;
 mod reach;
 mod registry;

@@ -34,6 +34,15 @@ impl flags::Bench {
                     .context("bench")?,
             );
         }
+        if wants(flags::BenchSet::Operator) {
+            ctx.note(format!(
+                "the loop on demo/controller-manager in target/bench/operator, {runs} runs"
+            ));
+            figures.extend(
+                ctx.block_on(bench::operator_loop(root, runs))?
+                    .context("bench")?,
+            );
+        }
         if wants(flags::BenchSet::Upload) {
             ctx.note(format!(
                 "a {LAYER_MB} MB layer, dev-env and curl, {runs} runs"

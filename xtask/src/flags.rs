@@ -66,6 +66,9 @@ pub struct Bench {
 pub enum BenchSet {
     /// The inner loop, by hand and under `watch`
     Loop,
+    /// A one-line change to demo/controller-manager, through push-image
+    /// and watch
+    Operator,
     /// A large layer against curl
     Upload,
     /// kube-sim at scale

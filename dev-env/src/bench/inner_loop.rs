@@ -70,7 +70,12 @@ pub async fn inner_loop(root: &Path, runs: usize) -> Result<Vec<Figure>, Error> 
         samples.hand_probes.push((after - between) as f64);
     }
     let save = |run: usize| bench.project.source_owned(format!("w{run}"));
-    let watched = super::watching::watch_loop(&bench.config.file, runs, save).await?;
+    let watched = super::watching::Watched {
+        file: &bench.config.file,
+        component: "app",
+        change: "watch after a one-line change",
+    };
+    let watched = super::watching::watch_loop(watched, runs, save).await?;
     bench.reset().await?;
     let mut figures = samples.figures();
     figures.extend(watched);
@@ -318,7 +323,7 @@ async fn lag_behind(observer: tokio::task::JoinHandle<Instant>, returned: Instan
 
 /// When a push's build and upload ended, as its events tell.
 #[derive(Default)]
-struct Timeline {
+pub(super) struct Timeline {
     /// The last build progress, and the `pushed` event.
     marks: std::sync::Mutex<(Option<Instant>, Option<Instant>)>,
 }
@@ -338,7 +343,7 @@ impl Reporter for Timeline {
 impl Timeline {
     /// (build ended, upload ended); a build that compiled nothing ended
     /// at `started`.
-    fn marks(&self, started: Instant) -> (Instant, Instant) {
+    pub(super) fn marks(&self, started: Instant) -> (Instant, Instant) {
         let marks = *self.marks.lock().unwrap_or_else(|e| e.into_inner());
         let built = marks.0.unwrap_or(started);
         (built, marks.1.unwrap_or(built))

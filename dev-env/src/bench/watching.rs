@@ -47,26 +47,33 @@ impl Clock {
     }
 }
 
-fn building(e: &Event) -> bool {
-    matches!(e, Event::Component { component, detail, .. } if component == "app" && detail == "building")
+/// A watch session to measure: the environment file, the component whose
+/// source the saves change, and how the figures name the change.
+pub struct Watched<'a> {
+    pub file: &'a Path,
+    pub component: &'a str,
+    pub change: &'a str,
 }
 
-fn ready(e: &Event) -> bool {
-    matches!(e, Event::Ready { component, .. } if component == "app")
-}
-
-/// Runs a watch session on the project whose environment file is `file`
-/// and saves `runs` one-line changes of `main` through `save`, each once
-/// the previous one is Ready. Figures: save to build start (ms), save to
-/// Ready (s).
-pub async fn watch_loop<F, Fut>(file: &Path, runs: usize, save: F) -> Result<Vec<Figure>, Error>
+/// Runs a watch session of `watched.component` and saves `runs` one-line
+/// changes of its source through `save`, each once the previous one is
+/// Ready. Figures: save to build start (ms), save to Ready (s).
+pub async fn watch_loop<F, Fut>(
+    watched: Watched<'_>,
+    runs: usize,
+    save: F,
+) -> Result<Vec<Figure>, Error>
 where
     F: Fn(usize) -> Fut,
     Fut: std::future::Future<Output = Result<(), Error>>,
 {
+    let name = watched.component;
+    let building = |e: &Event| matches!(e, Event::Component { component, detail, .. } if component == name && detail == "building");
+    let ready = |e: &Event| matches!(e, Event::Ready { component, .. } if component == name);
+    let file = watched.file;
     let clock = Clock::default();
     let options = WatchOptions {
-        components: vec![String::from("app")],
+        components: vec![name.to_string()],
         timeout: SAVE_TIMEOUT,
         wait_for_termination: false,
         prune: crate::apply::Prune::DECLARED,
@@ -103,7 +110,7 @@ where
     let (ended, measured) = tokio::join!(session, driver);
     let (to_build, to_ready) = measured?;
     ended.map_err(|e| step("the watch session").of(e))?;
-    let change = "watch after a one-line change";
+    let change = watched.change;
     Ok(vec![
         Figure::of(&format!("{change}: save to build start"), "ms", to_build),
         Figure::of(&format!("{change}: save to Ready"), "s", to_ready),

@@ -75,6 +75,10 @@ pub struct DockerBuild<'a> {
     pub tag: &'a str,
     /// `linux/arm64/v8`: what the image is built for; empty: the engine's.
     pub platform: &'a str,
+    /// Build every step again: the legacy builder's cache does not tell
+    /// platforms apart, so a build for another platform than the engine's
+    /// would reuse a step built for the engine's.
+    pub no_cache: bool,
     /// Files added at the context root: (name, path on disk).
     pub staged: &'a [(String, std::path::PathBuf)],
     /// Where the build log goes line by line as it comes (`--verbose`);
@@ -107,6 +111,9 @@ pub async fn build(docker: &Docker, build: &DockerBuild<'_>) -> Result<String, E
     }
     if !build.platform.is_empty() {
         options = options.platform(build.platform);
+    }
+    if build.no_cache {
+        options = options.nocache(true);
     }
     let mut stream = docker.build_image(
         options.build(),

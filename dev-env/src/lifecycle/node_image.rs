@@ -282,6 +282,7 @@ pub async fn build_sim_image(
     let platform = sim.target.platform.to_string();
     let build = image::docker::DockerBuild {
         platform: &platform,
+        no_cache: false,
         context: dir.path(),
         dockerfile: &dockerfile,
         target: None,
