@@ -68,6 +68,7 @@ pub const FATAL_REASONS: &[&str] = &[
     "CrashLoopBackOff",
     "CreateContainerConfigError",
     "CreateContainerError",
+    "RunContainerError",
 ];
 
 /// How long a pod of the new ReplicaSet may stay unscheduled or in
