@@ -402,3 +402,59 @@ async fn a_docker_build_is_given_the_clusters_platform() {
         .unwrap();
     assert_eq!(platform, "linux/arm64");
 }
+
+#[tokio::test]
+async fn the_engine_pulls_and_runs_an_image_whose_layer_spans_several_gzip_members() {
+    require_docker();
+    let registry = DistributionRegistry::start();
+    let project = Project::new(&registry.host());
+    // The fixture's binary, with 20 MB after its end (ignored by the
+    // loader): a layer of three members.
+    let config = Config::load(&project.config_path()).unwrap();
+    let build = hello(&project);
+    let path = image::cargo::build_binary(&build).unwrap();
+    let mut binary = std::fs::read(path).unwrap();
+    let mut state = 0x2545_f491_u32;
+    binary.extend((0..20 << 20).map(|_| {
+        state ^= state << 13;
+        state ^= state >> 17;
+        state ^= state << 5;
+        state as u8
+    }));
+    let here = dev_env::platform::Platform::linux(std::env::consts::ARCH);
+    let big = oci::binary_image("hello", binary, &here);
+    assert!(
+        big.layers[0].bytes.len() > 8 << 20,
+        "{}",
+        big.layers[0].bytes.len()
+    );
+    let client = distribution::Client::new(&registry.host());
+    let repo = format!("{}/big", config.name);
+    for blob in big.blobs() {
+        client
+            .upload_blob(&repo, &blob.digest, blob.bytes.clone())
+            .await
+            .unwrap();
+    }
+    let manifest = &big.manifest;
+    client
+        .put_manifest(&repo, "dev", manifest.media_type, manifest.bytes.clone())
+        .await
+        .unwrap();
+    let pinned = format!("{}/{repo}@{}", registry.host(), manifest.digest);
+    let container = dev_env_tests::unique_name("it-big");
+    let mut cleanup = DockerCleanup::default();
+    cleanup.containers.push(container.clone());
+    cleanup.images.push(pinned.clone());
+    let sh = xshell::Shell::new().unwrap();
+    xshell::cmd!(sh, "docker pull -q {pinned}")
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .unwrap();
+    let output = xshell::cmd!(sh, "docker run --rm --name {container} {pinned}")
+        .quiet()
+        .read()
+        .unwrap();
+    assert_eq!(output, "hello, one");
+}

@@ -187,15 +187,44 @@ pub fn layer(files: &[File]) -> (Blob, String) {
     let tar = tar
         .into_inner()
         .expect("writing a tar into memory cannot fail");
-    let diff_id = sha256_digest(&tar);
-    (Blob::new(OCI_LAYER_GZIP, gzip(&tar)), diff_id)
+    // The diff ID is digested while the layer compresses.
+    let (diff_id, compressed) = std::thread::scope(|scope| {
+        let digesting = scope.spawn(|| sha256_digest(&tar));
+        let compressed = gzip(&tar);
+        (digesting.join().expect("digesting cannot panic"), compressed)
+    });
+    (Blob::new(OCI_LAYER_GZIP, compressed), diff_id)
 }
+
+/// How much of a layer one gzip member holds: a layer larger than this is
+/// compressed as several members side by side (a gzip file may hold any
+/// number, and every reader of image layers reads them all, as `gunzip`
+/// does). Fixed, not the machine's core count, so every machine makes the
+/// same bytes.
+const MEMBER: usize = 8 << 20;
 
 /// gzip with no timestamp, no file name and a fixed OS byte, at the fastest level, as ko's layers
 /// (go-containerregistry's `gzip.BestSpeed`): every push compresses its binary, and on a 1.5 MB static
 /// binary the default level took 117 ms where this takes 17, for a layer 17 % larger (788 KB against
 /// 676 KB).
 fn gzip(bytes: &[u8]) -> Vec<u8> {
+    if bytes.len() <= MEMBER {
+        return gzip_member(bytes);
+    }
+    std::thread::scope(|scope| {
+        let members: Vec<_> = bytes
+            .chunks(MEMBER)
+            .map(|chunk| scope.spawn(move || gzip_member(chunk)))
+            .collect();
+        members
+            .into_iter()
+            .flat_map(|m| m.join().expect("compressing into memory cannot panic"))
+            .collect()
+    })
+}
+
+/// One gzip member of `bytes`.
+fn gzip_member(bytes: &[u8]) -> Vec<u8> {
     let mut encoder = flate2::GzBuilder::new()
         .mtime(0)
         .operating_system(255)
@@ -254,6 +283,50 @@ mod tests {
                 "usr/local/bin/worker"
             ]
         );
+    }
+
+    #[test]
+    fn a_large_layer_is_compressed_in_members_that_read_back_as_one_tar() {
+        // 20 MiB that do not compress to nothing: three members.
+        let mut state = 0x9e37_79b9_u32;
+        let contents: Vec<u8> = (0..20 << 20)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 17;
+                state ^= state << 5;
+                (state % 16) as u8
+            })
+            .collect();
+        let file = File {
+            path: String::from("usr/local/bin/big"),
+            mode: 0o755,
+            contents: contents.clone(),
+        };
+        let (blob, diff_id) = layer(std::slice::from_ref(&file));
+        let members = blob
+            .bytes
+            .windows(3)
+            .filter(|w| w == &[0x1f, 0x8b, 0x08])
+            .count();
+        assert!(members >= 3, "{members} gzip headers");
+        let mut tar = Vec::new();
+        flate2::read::MultiGzDecoder::new(blob.bytes.as_ref())
+            .read_to_end(&mut tar)
+            .unwrap();
+        assert_eq!(sha256_digest(&tar), diff_id);
+        let mut archive = tar::Archive::new(tar.as_slice());
+        let mut found = false;
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            if entry.path().unwrap().to_str() == Some("usr/local/bin/big") {
+                let mut read = Vec::new();
+                entry.read_to_end(&mut read).unwrap();
+                found = read == contents;
+            }
+        }
+        assert!(found, "the file reads back whole");
+        // The same bytes give the same layer, member for member.
+        assert_eq!(layer(&[file]).0, blob);
     }
 
     #[test]
