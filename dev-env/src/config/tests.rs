@@ -536,3 +536,27 @@ fn a_pull_secret_is_only_for_an_external_registry() {
     let config = parse("name: a\nregistry: {external: 'reg.lan:5000'}\n").unwrap();
     assert!(!config.registry.pull_secret);
 }
+
+#[test]
+fn paths_that_leave_the_files_directory_are_named_without_dot_dot() {
+    use super::validate::lexically_normal;
+    assert_eq!(
+        lexically_normal(Path::new("/ws/target/bench/op/../../../demo/./cm")),
+        PathBuf::from("/ws/demo/cm")
+    );
+    assert_eq!(lexically_normal(Path::new("/../x")), PathBuf::from("/../x"));
+    assert_eq!(
+        lexically_normal(Path::new("a/../../b")),
+        PathBuf::from("../b")
+    );
+    // A file in a subdirectory naming the workspace's manifests above it.
+    let dir = workspace(&[]);
+    std::fs::create_dir(dir.path().join("env")).unwrap();
+    let file = dir.path().join("env/dev-env.yaml");
+    let config = Config::parse(
+        &file,
+        "name: a\ncluster: {provider: k3s}\nmanifests: [../manifests]\n",
+    )
+    .unwrap();
+    assert_eq!(config.manifests, [dir.path().join("manifests")]);
+}

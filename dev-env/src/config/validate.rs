@@ -39,11 +39,7 @@ impl Check<'_> {
         rel: &str,
         what: &str,
     ) -> PathBuf {
-        let path: PathBuf = base
-            .join(rel)
-            .components()
-            .filter(|c| !matches!(c, std::path::Component::CurDir))
-            .collect();
+        let path = lexically_normal(&base.join(rel));
         if !path.exists() {
             self.problem(
                 key,
@@ -210,4 +206,28 @@ pub(super) fn is_host_port(s: &str) -> bool {
         }
         None => false,
     }
+}
+
+/// `path` without `.` and with each `..` taking away the component before
+/// it, as the path reads: the same directory is then always named alike
+/// (a file watcher reports changes under the name it was given, and a
+/// build context named `…/bench/../../demo` would hold no saved file of
+/// `…/demo`). Symbolic links are kept as written.
+pub(crate) fn lexically_normal(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                let popped =
+                    matches!(out.components().next_back(), Some(Component::Normal(_))) && out.pop();
+                if !popped {
+                    out.push(part);
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
