@@ -17,6 +17,7 @@ pub mod context;
 pub mod credentials;
 pub mod distribution;
 pub mod docker;
+pub mod dockerfile;
 pub mod oci;
 
 use std::{
@@ -296,6 +297,7 @@ pub async fn push_component(
                     Some(binary) => Some((binary, target_of()?)),
                     None => None,
                 },
+                platform: &options.builds.platform,
                 root: &config.root,
                 cancel: options.cancel,
                 progress: options.progress,
@@ -363,10 +365,20 @@ async fn push_cargo(
     before: Option<&distribution::Manifest>,
     sinks: cargo::Sinks<'_>,
 ) -> Result<Upload, Error> {
-    let (registry, repo) = (target.registry, target.repo);
     let image = cargo::off_runtime(build, cargo::build_image, sinks)
         .await
         .map_err(|e| target.cargo_error(e))?;
+    upload_image(target, &image, before).await
+}
+
+/// Uploads the blobs of `image` the registry lacks, tags its manifest when
+/// it changed, and verifies it.
+async fn upload_image(
+    target: &Target<'_>,
+    image: &oci::Image,
+    before: Option<&distribution::Manifest>,
+) -> Result<Upload, Error> {
+    let (registry, repo) = (target.registry, target.repo);
     let mut upload = Upload {
         digest: image.manifest.digest.clone(),
         ..Upload::default()
@@ -416,14 +428,18 @@ async fn send_blob(target: &Target<'_>, blob: &oci::Blob) -> Result<Option<u64>,
 /// The binary a Dockerfile copies, and the workspace it is built in.
 struct Staged<'a> {
     binary: Option<(&'a CargoBinary, crate::platform::RustTarget)>,
+    /// What the image runs on.
+    platform: &'a crate::platform::Platform,
     root: &'a Path,
     cancel: Option<&'a cargo::Cancel>,
     progress: Option<&'a dyn crate::report::Reporter>,
 }
 
-/// The Docker backend: builds through the engine (with the staged binary
-/// added to the context root under its name), lets the engine push, and
-/// verifies.
+/// The Docker backend: stages the binary the Dockerfile copies (added to
+/// the context root under its name), then assembles the image itself when
+/// the Dockerfile is one it builds as the engine would ([`dockerfile`]),
+/// and pushes it as the cargo backend does; otherwise builds through the
+/// engine, lets the engine push, and verifies.
 async fn push_docker(
     target: &Target<'_>,
     docker: Option<&Docker>,
@@ -442,6 +458,9 @@ async fn push_docker(
         staged: &files,
         ..build
     };
+    if let Some(image) = assemble_without_engine(&build, staged.platform).await {
+        return upload_image(target, &image, before).await;
+    }
     let connected;
     let docker = match docker {
         Some(docker) => docker,
@@ -473,6 +492,26 @@ async fn push_docker(
     // blobs with those of the manifest the tag had before.
     let after = verify(target.registry, target.component, target.repo, &digest).await?;
     Ok(compare(before, &after, &digest))
+}
+
+/// The image of `build` assembled without the engine, when its Dockerfile
+/// is one [`dockerfile::plan`] reads and its sources are all there; `None`
+/// leaves the build to the engine, which then builds what dev-env does not
+/// carry out, and reports a missing or unreadable source in its own words
+/// with its build log.
+async fn assemble_without_engine(
+    build: &docker::DockerBuild<'_>,
+    platform: &crate::platform::Platform,
+) -> Option<oci::Image> {
+    let text = tokio::fs::read_to_string(build.dockerfile).await.ok()?;
+    let plan = dockerfile::plan(&text, build.target).ok()?;
+    let (context, staged) = (build.context.to_path_buf(), build.staged.to_vec());
+    let platform = platform.clone();
+    let assembled = tokio::task::spawn_blocking(move || {
+        let ignore = context::Ignore::load(&context).ok()?;
+        dockerfile::assemble(&plan, &context, &staged, &ignore, &platform).ok()
+    });
+    assembled.await.ok().flatten()
 }
 
 /// Builds the binary a Dockerfile copies: its name, and its path.

@@ -188,6 +188,11 @@ async fn docker_push_uploads_only_the_changed_layer() {
     require_docker();
     let registry = DistributionRegistry::start();
     let project = Project::new(&registry.host());
+    // A build argument leaves the build to the engine: one layer per COPY.
+    project.edit(
+        "static/Dockerfile",
+        "FROM scratch\nARG NOTE=engine\nCOPY a.txt /a.txt\nCOPY b.txt /b.txt\n",
+    );
     let repository = format!("{}/{}/static", registry.host(), project.name);
     let mut cleanup = DockerCleanup::default();
     cleanup.images.push(format!("{repository}:dev"));
@@ -376,7 +381,14 @@ async fn a_docker_build_is_given_the_clusters_platform() {
     let project = Project::new(&registry.host());
     let config = Config::load(&project.config_path()).unwrap();
     let client = distribution::Client::new(&registry.host());
-    // A cluster of arm64 nodes, whatever this machine is.
+    // A variable leaves the build to the engine (dev-env expands none),
+    // which is given the platform of a cluster of arm64 nodes, whatever
+    // this machine is. (Its classic builder commits steps other than COPY
+    // for its own platform, so the Dockerfile has no other step.)
+    project.edit(
+        "static/Dockerfile",
+        "FROM scratch\nCOPY a.txt /a${UNSET}.txt\n",
+    );
     let arm64 = dev_env::platform::Platform::linux("arm64");
     let components = [String::from("static")];
     let builds = image::builds::plan(&config, &components, &arm64).unwrap();
@@ -457,4 +469,57 @@ async fn the_engine_pulls_and_runs_an_image_whose_layer_spans_several_gzip_membe
         .read()
         .unwrap();
     assert_eq!(output, "hello, one");
+}
+
+#[tokio::test]
+async fn a_dockerfile_dev_env_carries_out_itself_is_built_without_the_engine() {
+    require_docker();
+    let registry = DistributionRegistry::start();
+    let project = Project::new(&registry.host());
+    let repository = format!("{}/{}/static", registry.host(), project.name);
+    let first = push(&project, "static").await.unwrap();
+    assert_eq!(first.uploaded_blobs, 2, "a config and one layer: {first:?}");
+    let sh = xshell::Shell::new().unwrap();
+    let tagged = format!("{repository}:dev");
+    assert!(
+        xshell::cmd!(sh, "docker image inspect {tagged}")
+            .quiet()
+            .ignore_stdout()
+            .ignore_stderr()
+            .run()
+            .is_err(),
+        "the engine built nothing"
+    );
+    let again = push(&project, "static").await.unwrap();
+    assert_eq!(
+        (again.digest.as_str(), again.uploaded_bytes),
+        (first.digest.as_str(), 0)
+    );
+    // The engine runs what was assembled: the files are where the
+    // Dockerfile copies them, the ignored one is not in the context.
+    let pinned = format!("{repository}@{}", first.digest);
+    let container = dev_env_tests::unique_name("it-static");
+    let mut cleanup = DockerCleanup::default();
+    cleanup.containers.push(container.clone());
+    cleanup.images.push(pinned.clone());
+    xshell::cmd!(sh, "docker pull -q {pinned}")
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .unwrap();
+    xshell::cmd!(sh, "docker create --name {container} {pinned} /none")
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let into = out.path().display().to_string();
+    let source = format!("{container}:/b.txt");
+    xshell::cmd!(sh, "docker cp {source} {into}")
+        .quiet()
+        .run()
+        .unwrap();
+    let copied = std::fs::read_to_string(out.path().join("b.txt")).unwrap();
+    let written = std::fs::read_to_string(project.root().join("static/b.txt")).unwrap();
+    assert_eq!(copied, written);
 }

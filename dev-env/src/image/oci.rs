@@ -187,11 +187,19 @@ pub fn layer(files: &[File]) -> (Blob, String) {
     let tar = tar
         .into_inner()
         .expect("writing a tar into memory cannot fail");
-    // The diff ID is digested while the layer compresses.
+    compressed(&tar)
+}
+
+/// The gzip-compressed layer of the uncompressed layer `tar`, and its diff
+/// ID (`sha256:` of `tar`), digested while it compresses.
+pub fn compressed(tar: &[u8]) -> (Blob, String) {
     let (diff_id, compressed) = std::thread::scope(|scope| {
-        let digesting = scope.spawn(|| sha256_digest(&tar));
-        let compressed = gzip(&tar);
-        (digesting.join().expect("digesting cannot panic"), compressed)
+        let digesting = scope.spawn(|| sha256_digest(tar));
+        let compressed = gzip(tar);
+        (
+            digesting.join().expect("digesting cannot panic"),
+            compressed,
+        )
     });
     (Blob::new(OCI_LAYER_GZIP, compressed), diff_id)
 }
