@@ -18,6 +18,7 @@ pub mod credentials;
 pub mod distribution;
 pub mod docker;
 pub mod dockerfile;
+mod kept;
 pub mod oci;
 
 use std::{
@@ -458,7 +459,12 @@ async fn push_docker(
         staged: &files,
         ..build
     };
-    if let Some(image) = assemble_without_engine(&build, staged.platform).await {
+    let kept = staged
+        .root
+        .join(cargo::TARGET_DIR)
+        .join("dockerfile")
+        .join(format!("{}.image", target.component));
+    if let Some(image) = assemble_without_engine(&build, staged.platform, &kept).await {
         return upload_image(target, &image, before).await;
     }
     let connected;
@@ -499,17 +505,26 @@ async fn push_docker(
 /// leaves the build to the engine, which then builds what dev-env does not
 /// carry out, and reports a missing or unreadable source in its own words
 /// with its build log.
+/// An image whose inputs did not change since it was last assembled is
+/// read back from `kept`.
 async fn assemble_without_engine(
     build: &docker::DockerBuild<'_>,
     platform: &crate::platform::Platform,
+    kept: &Path,
 ) -> Option<oci::Image> {
     let text = tokio::fs::read_to_string(build.dockerfile).await.ok()?;
     let plan = dockerfile::plan(&text, build.target).ok()?;
     let (context, staged) = (build.context.to_path_buf(), build.staged.to_vec());
-    let platform = platform.clone();
+    let (platform, kept) = (platform.clone(), kept.to_path_buf());
     let assembled = tokio::task::spawn_blocking(move || {
-        let ignore = context::Ignore::load(&context).ok()?;
-        dockerfile::assemble(&plan, &context, &staged, &ignore, &platform).ok()
+        let assemble = || {
+            let ignore = context::Ignore::load(&context).map_err(drop)?;
+            dockerfile::assemble(&plan, &context, &staged, &ignore, &platform).map_err(drop)
+        };
+        match dockerfile::inputs_key(&plan, &text, &context, &staged, &platform) {
+            Some(key) => kept::kept_or(&kept, &key, assemble).ok(),
+            None => assemble().ok(),
+        }
     });
     assembled.await.ok().flatten()
 }

@@ -21,7 +21,6 @@ use xshell::{Shell, cmd};
 use super::oci;
 use crate::platform::RustTarget;
 
-mod assembled;
 mod progress;
 
 pub use progress::{Progress, ProgressSender};
@@ -171,9 +170,11 @@ pub async fn off_runtime<T: Send + 'static>(
 /// async runtime.
 pub fn build_image(build: &CargoBuild<'_>) -> Result<oci::Image, Error> {
     let binary = build_binary(build)?;
-    assembled::image(&binary, build.bin, &build.target.platform).map_err(|source| Error::Read {
-        path: binary.clone(),
-        source,
+    super::kept::binary_image(&binary, build.bin, &build.target.platform).map_err(|source| {
+        Error::Read {
+            path: binary.clone(),
+            source,
+        }
     })
 }
 

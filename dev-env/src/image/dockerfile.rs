@@ -301,6 +301,59 @@ pub fn assemble(
     ))
 }
 
+/// What names everything the image of `plan` is made from, as it is now:
+/// the Dockerfile's text, the platform, `.dockerignore`, and the size,
+/// modification time and inode of every source (staged files first, as
+/// the assembly takes them; directories walked). `None` when a source
+/// cannot be looked at: then the image is made anew, and the assembly
+/// says why.
+pub fn inputs_key(
+    plan: &Plan,
+    dockerfile_text: &str,
+    context: &Path,
+    staged: &[(String, PathBuf)],
+    platform: &crate::platform::Platform,
+) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    let mut put = |part: &str| {
+        hasher.update(part.as_bytes());
+        hasher.update([0]);
+    };
+    put(dockerfile_text);
+    put(&platform.to_string());
+    put(&std::fs::read_to_string(context.join(".dockerignore")).unwrap_or_default());
+    for step in &plan.steps {
+        let Step::Copy(copy) = step else { continue };
+        for source in &copy.sources {
+            put(source);
+            match staged.iter().find(|(name, _)| name == source) {
+                Some((_, path)) => put(&super::kept::stamp(path).ok()?),
+                None => stamp_tree(&context.join(source), &mut put)?,
+            }
+        }
+    }
+    Some(format!("sha256:{}", hex::encode(hasher.finalize())))
+}
+
+/// Puts the stamp of `path`, and of everything below it in name order.
+fn stamp_tree(path: &Path, put: &mut impl FnMut(&str)) -> Option<()> {
+    put(&super::kept::stamp(path).ok()?);
+    if path.is_dir() {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+            .ok()?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()
+            .ok()?;
+        entries.sort();
+        for entry in entries {
+            put(&entry.to_string_lossy());
+            stamp_tree(&entry, put)?;
+        }
+    }
+    Some(())
+}
+
 /// The image config: platform, run config, layers and history.
 fn image_config(
     plan: &Plan,

@@ -786,3 +786,33 @@ fn the_engine_builds_the_same_image() {
     assert!(refused.contains("--chmod"), "{refused}");
     assert_eq!(refusal(chmod).line, Some(2));
 }
+
+#[test]
+fn the_inputs_key_changes_with_any_source_and_nothing_else() {
+    let context = tempfile::tempdir().unwrap();
+    std::fs::create_dir(context.path().join("assets")).unwrap();
+    std::fs::write(context.path().join("assets/a.txt"), "a").unwrap();
+    let bin = context.path().join("built-elsewhere");
+    std::fs::write(&bin, "binary one").unwrap();
+    let staged = [(String::from("server"), bin.clone())];
+    let text = "FROM scratch\nCOPY server /server\nCOPY assets /assets/\n";
+    let plan = plan(text, None).unwrap();
+    let amd64 = crate::platform::Platform::linux("amd64");
+    let key = || inputs_key(&plan, text, context.path(), &staged, &amd64).unwrap();
+    let first = key();
+    assert_eq!(key(), first, "nothing changed");
+    std::fs::write(context.path().join("assets/b.txt"), "b").unwrap();
+    let second = key();
+    assert_ne!(second, first, "a file added to a copied directory");
+    std::fs::remove_file(&bin).unwrap();
+    std::fs::write(&bin, "binary two, rebuilt").unwrap();
+    assert_ne!(key(), second, "the staged binary rebuilt");
+    let arm = crate::platform::Platform::linux("arm64");
+    assert_ne!(
+        inputs_key(&plan, text, context.path(), &staged, &arm).unwrap(),
+        key(),
+        "another platform"
+    );
+    std::fs::remove_dir_all(context.path().join("assets")).unwrap();
+    assert!(inputs_key(&plan, text, context.path(), &staged, &amd64).is_none());
+}

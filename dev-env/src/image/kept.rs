@@ -1,42 +1,52 @@
-//! The image of a built binary, kept beside it: a build that changed
-//! nothing leaves the binary untouched, and its image is then read back
+//! Images kept beside what they were made from: a build that changed
+//! nothing leaves its inputs untouched, and their image is then read back
 //! instead of being packed, compressed and digested again (a `dev` build
-//! of a kube-rs operator is about 45 MB, and assembling its image takes
-//! about a third of a second).
+//! of a kube-rs operator is about 45 MB, and assembling its image takes a
+//! few tenths of a second).
 //!
-//! The image is keyed by the binary's size, modification time and inode,
-//! its name and the platform; the key is removed first and written last,
-//! so a half-written image is never read back.
+//! An image is kept under a key that names its inputs as built (sizes,
+//! modification times and inodes, with what else decides the image); the
+//! key is removed first and written last, so a half-written image is never
+//! read back, and an image whose blobs do not match its manifest is not
+//! trusted.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::image::oci::{self, Blob, Image};
 use crate::platform::Platform;
 
-/// The image of the binary at `path`, built as `bin` for `platform`: read
-/// back when the binary is unchanged, assembled (and kept) otherwise.
-pub(super) fn image(path: &Path, bin: &str, platform: &Platform) -> std::io::Result<Image> {
-    let key = key(path, bin, platform)?;
-    let dir = dir_of(path);
-    if let Some(image) = read(&dir, &key) {
+/// The image kept in `dir` under `key`, or the one `make` makes (then kept
+/// there).
+pub(crate) fn kept_or<E>(
+    dir: &Path,
+    key: &str,
+    make: impl FnOnce() -> Result<Image, E>,
+) -> Result<Image, E> {
+    if let Some(image) = read(dir, key) {
         return Ok(image);
     }
-    let image = oci::binary_image(bin, std::fs::read(path)?, platform);
+    let image = make()?;
     // Keeping it is an optimisation: a failure costs the next push time,
     // not this one its image.
-    let _ = write(&dir, &key, &image);
+    let _ = write(dir, key, &image);
     Ok(image)
 }
 
-/// `<binary>.image/`, beside the binary.
-fn dir_of(binary: &Path) -> PathBuf {
-    let mut name = binary.file_name().unwrap_or_default().to_os_string();
+/// The image of the binary at `path`, built as `bin` for `platform`: read
+/// back when the binary is unchanged, assembled (and kept beside it, in
+/// `<binary>.image/`) otherwise.
+pub(crate) fn binary_image(path: &Path, bin: &str, platform: &Platform) -> std::io::Result<Image> {
+    let key = format!("{bin} {platform} {}", stamp(path)?);
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".image");
-    binary.with_file_name(name)
+    kept_or(&path.with_file_name(name), &key, || {
+        Ok(oci::binary_image(bin, std::fs::read(path)?, platform))
+    })
 }
 
-/// What identifies the binary as built, and the image made of it.
-fn key(path: &Path, bin: &str, platform: &Platform) -> std::io::Result<String> {
+/// What names a file as written: its size, modification time and inode
+/// (a rebuilt or rewritten file changes one of them).
+pub(crate) fn stamp(path: &Path) -> std::io::Result<String> {
     let meta = std::fs::metadata(path)?;
     let modified = meta
         .modified()?
@@ -47,10 +57,7 @@ fn key(path: &Path, bin: &str, platform: &Platform) -> std::io::Result<String> {
     let inode = std::os::unix::fs::MetadataExt::ino(&meta);
     #[cfg(not(unix))]
     let inode = 0;
-    Ok(format!(
-        "{bin} {platform} {} {modified} {inode}",
-        meta.len()
-    ))
+    Ok(format!("{} {modified} {inode}", meta.len()))
 }
 
 fn read(dir: &Path, key: &str) -> Option<Image> {
@@ -106,7 +113,7 @@ mod tests {
         let binary = dir.path().join("worker");
         std::fs::write(&binary, b"\x7fELF one").unwrap();
         let platform = Platform::linux("amd64");
-        let first = image(&binary, "worker", &platform).unwrap();
+        let first = binary_image(&binary, "worker", &platform).unwrap();
         assert_eq!(
             first,
             oci::binary_image("worker", b"\x7fELF one".to_vec(), &platform)
@@ -115,20 +122,20 @@ mod tests {
         // key still matches (it is the key, not the bytes, that is read).
         let kept = dir.path().join("worker.image");
         assert!(kept.join("key").is_file());
-        assert_eq!(image(&binary, "worker", &platform).unwrap(), first);
+        assert_eq!(binary_image(&binary, "worker", &platform).unwrap(), first);
         // Another platform is another image.
-        let arm = image(&binary, "worker", &Platform::linux("arm64")).unwrap();
+        let arm = binary_image(&binary, "worker", &Platform::linux("arm64")).unwrap();
         assert_ne!(arm.manifest.digest, first.manifest.digest);
         // A rebuilt binary (new size, time or inode) is assembled again.
         std::fs::remove_file(&binary).unwrap();
         std::fs::write(&binary, b"\x7fELF two, longer").unwrap();
-        let second = image(&binary, "worker", &platform).unwrap();
+        let second = binary_image(&binary, "worker", &platform).unwrap();
         assert_eq!(
             second,
             oci::binary_image("worker", b"\x7fELF two, longer".to_vec(), &platform)
         );
         // A damaged copy is not trusted.
         std::fs::write(kept.join("layer.digest"), "sha256:0").unwrap();
-        assert_eq!(image(&binary, "worker", &platform).unwrap(), second);
+        assert_eq!(binary_image(&binary, "worker", &platform).unwrap(), second);
     }
 }
