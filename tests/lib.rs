@@ -92,6 +92,36 @@ pub fn builds_here(
     dev_env::image::builds::plan(config, components, &here).expect("this machine builds for itself")
 }
 
+/// Push options that show nothing, for `builds`.
+pub fn quiet(builds: &dev_env::image::builds::Builds) -> dev_env::image::PushOptions<'_> {
+    dev_env::image::PushOptions {
+        output: None,
+        progress: None,
+        cancel: None,
+        builds,
+    }
+}
+
+/// Pulls `reference` into the engine.
+pub fn pull(reference: &str) {
+    let sh = xshell::Shell::new().expect("a shell");
+    xshell::cmd!(sh, "docker pull -q {reference}")
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .expect("the engine pulls the image");
+}
+
+/// `os/architecture` of the image `reference` in the engine, as the
+/// engine reads its config.
+pub fn image_platform(reference: &str) -> String {
+    let sh = xshell::Shell::new().expect("a shell");
+    let format = "{{.Os}}/{{.Architecture}}";
+    xshell::cmd!(sh, "docker image inspect --format {format} {reference}")
+        .read()
+        .expect("the engine has the image")
+}
+
 /// The repository root.
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -3,23 +3,12 @@
 
 use dev_env::{
     config::Config,
-    image::{self, PushOptions, Pushed, distribution, oci},
+    image::{self, Pushed, distribution, oci},
     state::State,
 };
 use dev_env_tests::{
     DistributionRegistry, DockerCleanup, Project, free_port, push_tiny, require_docker,
 };
-
-/// Options that show nothing, for builds planned for this machine's
-/// platform.
-fn quiet(builds: &image::builds::Builds) -> PushOptions<'_> {
-    PushOptions {
-        output: None,
-        progress: None,
-        cancel: None,
-        builds,
-    }
-}
 
 /// Pushes `component` of `project` the way `push-image` does: build, push,
 /// verify, record in the state.
@@ -33,7 +22,8 @@ async fn push(project: &Project, component: &str) -> Result<Pushed, image::Error
     let client = distribution::Client::new(&host);
     let components = [component.to_string()];
     let builds = dev_env_tests::builds_here(&config, &components);
-    let mut results = image::push_components(&config, &client, &components, quiet(&builds)).await;
+    let mut results =
+        image::push_components(&config, &client, &components, dev_env_tests::quiet(&builds)).await;
     results.remove(0)
 }
 
@@ -350,26 +340,10 @@ async fn the_engine_pulls_and_runs_a_cargo_built_image_by_digest() {
     let project = Project::new(&registry.host());
     let pushed = push(&project, "hello").await.unwrap();
     let pinned = format!("{}/{}@{}", registry.host(), pushed.image, pushed.digest);
-    let container = dev_env_tests::unique_name("it-hello");
-    let mut cleanup = DockerCleanup::default();
-    cleanup.containers.push(container.clone());
-    cleanup.images.push(pinned.clone());
-    let sh = xshell::Shell::new().unwrap();
-    xshell::cmd!(sh, "docker pull -q {pinned}")
-        .quiet()
-        .ignore_stdout()
-        .run()
-        .unwrap();
-    let output = xshell::cmd!(sh, "docker run --rm --name {container} {pinned}")
-        .quiet()
-        .read()
-        .unwrap();
+    let (output, _cleanup) = pull_and_run(&pinned);
     assert_eq!(output, "hello, one");
     // The image says what it runs on: this engine's platform.
-    let format = "{{.Os}}/{{.Architecture}}";
-    let platform = xshell::cmd!(sh, "docker image inspect --format {format} {pinned}")
-        .read()
-        .unwrap();
+    let platform = dev_env_tests::image_platform(&pinned);
     let here = dev_env::platform::Platform::linux(std::env::consts::ARCH);
     assert_eq!(platform, format!("linux/{}", here.architecture));
 }
@@ -392,27 +366,19 @@ async fn a_docker_build_is_given_the_clusters_platform() {
     let arm64 = dev_env::platform::Platform::linux("arm64");
     let components = [String::from("static")];
     let builds = image::builds::plan(&config, &components, &arm64).unwrap();
-    let pushed = image::push_components(&config, &client, &components, quiet(&builds))
-        .await
-        .remove(0)
-        .unwrap();
+    let pushed =
+        image::push_components(&config, &client, &components, dev_env_tests::quiet(&builds))
+            .await
+            .remove(0)
+            .unwrap();
     let repository = format!("{}/{}", registry.host(), pushed.image);
     let pinned = format!("{repository}@{}", pushed.digest);
     let mut cleanup = DockerCleanup::default();
     cleanup
         .images
         .extend([pinned.clone(), format!("{repository}:dev")]);
-    let sh = xshell::Shell::new().unwrap();
-    xshell::cmd!(sh, "docker pull -q {pinned}")
-        .quiet()
-        .ignore_stdout()
-        .run()
-        .unwrap();
-    let format = "{{.Os}}/{{.Architecture}}";
-    let platform = xshell::cmd!(sh, "docker image inspect --format {format} {pinned}")
-        .read()
-        .unwrap();
-    assert_eq!(platform, "linux/arm64");
+    dev_env_tests::pull(&pinned);
+    assert_eq!(dev_env_tests::image_platform(&pinned), "linux/arm64");
 }
 
 #[tokio::test]
@@ -454,21 +420,24 @@ async fn the_engine_pulls_and_runs_an_image_whose_layer_spans_several_gzip_membe
         .await
         .unwrap();
     let pinned = format!("{}/{repo}@{}", registry.host(), manifest.digest);
-    let container = dev_env_tests::unique_name("it-big");
+    let (output, _cleanup) = pull_and_run(&pinned);
+    assert_eq!(output, "hello, one");
+}
+
+/// Pulls `pinned` into the engine and runs it once: what it printed, and
+/// the guard that removes the image and the container.
+fn pull_and_run(pinned: &str) -> (String, DockerCleanup) {
+    let container = dev_env_tests::unique_name("it-run");
     let mut cleanup = DockerCleanup::default();
     cleanup.containers.push(container.clone());
-    cleanup.images.push(pinned.clone());
+    cleanup.images.push(pinned.to_string());
+    dev_env_tests::pull(pinned);
     let sh = xshell::Shell::new().unwrap();
-    xshell::cmd!(sh, "docker pull -q {pinned}")
-        .quiet()
-        .ignore_stdout()
-        .run()
-        .unwrap();
     let output = xshell::cmd!(sh, "docker run --rm --name {container} {pinned}")
         .quiet()
         .read()
         .unwrap();
-    assert_eq!(output, "hello, one");
+    (output, cleanup)
 }
 
 #[tokio::test]
@@ -495,18 +464,14 @@ async fn a_dockerfile_dev_env_carries_out_itself_is_built_without_the_engine() {
         (again.digest.as_str(), again.uploaded_bytes),
         (first.digest.as_str(), 0)
     );
-    // The engine runs what was assembled: the files are where the
-    // Dockerfile copies them, the ignored one is not in the context.
+    // The engine takes what was assembled: the files are where the
+    // Dockerfile copies them.
     let pinned = format!("{repository}@{}", first.digest);
     let container = dev_env_tests::unique_name("it-static");
     let mut cleanup = DockerCleanup::default();
     cleanup.containers.push(container.clone());
     cleanup.images.push(pinned.clone());
-    xshell::cmd!(sh, "docker pull -q {pinned}")
-        .quiet()
-        .ignore_stdout()
-        .run()
-        .unwrap();
+    dev_env_tests::pull(&pinned);
     xshell::cmd!(sh, "docker create --name {container} {pinned} /none")
         .quiet()
         .ignore_stdout()

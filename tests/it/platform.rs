@@ -31,21 +31,6 @@ fn engine_platform() -> String {
     )
 }
 
-/// `os/architecture` of the image the registry serves at `reference`, as
-/// the engine reads it once pulled.
-fn pulled_platform(reference: &str) -> String {
-    let sh = Shell::new().unwrap();
-    cmd!(sh, "docker pull -q {reference}")
-        .quiet()
-        .ignore_stdout()
-        .run()
-        .unwrap();
-    let format = "{{.Os}}/{{.Architecture}}";
-    cmd!(sh, "docker image inspect --format {format} {reference}")
-        .read()
-        .unwrap()
-}
-
 fn push(config: &dev_env::config::Config, reporter: &dyn Reporter) -> deliver::Outcome {
     runtime()
         .block_on(deliver::push(
@@ -73,7 +58,8 @@ fn the_default_profile_builds_for_the_engines_platform_and_rebuilds_incrementall
     );
     let host = dev_env::registry::host(&config, &state).unwrap();
     let reference = format!("{host}/{}@{}", pushed.repository, pushed.digest);
-    assert_eq!(pulled_platform(&reference), engine_platform());
+    dev_env_tests::pull(&reference);
+    assert_eq!(dev_env_tests::image_platform(&reference), engine_platform());
     let sh = Shell::new().unwrap();
     let _ = cmd!(sh, "docker rmi {reference}")
         .quiet()

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use dev_env::{
     config::Config,
-    image::{self, PushOptions, Pushed, credentials, distribution},
+    image::{self, Pushed, credentials, distribution},
 };
 use dev_env_tests::{
     DockerCleanup, Project, free_port, require_docker,
@@ -16,16 +16,6 @@ use dev_env_tests::{
     },
 };
 
-/// Options that show nothing, for builds planned for this machine's
-/// platform.
-fn quiet(builds: &image::builds::Builds) -> PushOptions<'_> {
-    PushOptions {
-        output: None,
-        progress: None,
-        cancel: None,
-        builds,
-    }
-}
 /// The project's config with the registry's CA as `registry.caFile`,
 /// relative to the config file.
 fn project(registry: &SecureRegistry) -> Project {
@@ -60,7 +50,8 @@ async fn push(
     let client = distribution::Client::with_credential(&host, options, credential).unwrap();
     let components = [component.to_string()];
     let builds = dev_env_tests::builds_here(&config, &components);
-    let mut results = image::push_components(&config, &client, &components, quiet(&builds)).await;
+    let mut results =
+        image::push_components(&config, &client, &components, dev_env_tests::quiet(&builds)).await;
     results.remove(0)
 }
 
@@ -85,6 +76,12 @@ async fn pushes_to_a_tls_registry_with_credentials_docker_login_stored() {
         (again.uploaded_bytes, again.uploaded_blobs),
         (0, 0),
         "{again:?}"
+    );
+    // A build argument leaves the Docker build to the engine, which pushes
+    // with the same credentials.
+    project.edit(
+        "static/Dockerfile",
+        "FROM scratch\nARG NOTE=engine\nCOPY a.txt /a.txt\nCOPY b.txt /b.txt\n",
     );
     let docker_built = push(&project, plain.path(), "static").await.unwrap();
     assert_eq!(docker_built.uploaded_blobs, 3, "{docker_built:?}");
