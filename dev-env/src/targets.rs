@@ -19,6 +19,12 @@ pub enum Error {
     Mismatch { problems: Vec<Problem> },
     #[error(transparent)]
     Cluster(Box<crate::kubeconfig::Error>),
+    #[error("finding the WorkerPool kind that component `{component}` rolls out")]
+    Discovery {
+        component: String,
+        #[source]
+        source: Box<crate::rollout::Error>,
+    },
     #[error("looking up component `{component}`'s {target} in the cluster")]
     Lookup {
         component: String,
@@ -218,7 +224,14 @@ pub async fn check_in_cluster(
                         Api::namespaced_with(client.clone(), &rollout.namespace, &resource);
                     api.get_opt(&rollout.name).await.map_err(lookup)?.is_some()
                 }
-                Err(_) => false,
+                // No WorkerPool kind: no WorkerPool either.
+                Err(crate::rollout::Error::NoWorkerPoolKind) => false,
+                Err(source) => {
+                    return Err(Error::Discovery {
+                        component: component.clone(),
+                        source: Box::new(source),
+                    });
+                }
             },
         };
         if !found {

@@ -13,6 +13,7 @@ mod prune;
 mod reach;
 mod registry;
 mod registry_auth;
+mod targets;
 mod tidy;
 mod trust;
 mod watch;
