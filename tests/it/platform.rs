@@ -56,6 +56,13 @@ fn the_default_profile_builds_for_the_engines_platform_and_rebuilds_incrementall
         format!("{}/{}", platform.os, platform.architecture),
         engine_platform()
     );
+    // `dev status --json` says which profile the running digest was built with.
+    let status = runtime()
+        .block_on(dev_env::status::status(&config))
+        .unwrap();
+    let json = serde_json::to_value(&status.components).unwrap();
+    assert_eq!(json[0]["pushedProfile"], "dev", "{json}");
+    assert_eq!(json[0]["pushedDigest"], pushed.digest.as_str(), "{json}");
     let host = dev_env::registry::host(&config, &state).unwrap();
     let reference = format!("{host}/{}@{}", pushed.repository, pushed.digest);
     dev_env_tests::pull(&reference);
