@@ -15,6 +15,7 @@ mod converge;
 mod down;
 mod dry_run;
 mod node_image;
+mod sim_source;
 
 use std::time::Duration;
 

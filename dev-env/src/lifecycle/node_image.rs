@@ -6,7 +6,6 @@ use std::path::Path;
 
 use bollard::{Docker, query_parameters::CreateImageOptionsBuilder};
 use futures::StreamExt;
-use sha2::{Digest, Sha256};
 
 use super::{Error, NodeImage};
 use crate::{
@@ -145,41 +144,9 @@ pub fn sim_workspace(root: &Path) -> Option<std::path::PathBuf> {
 /// The image label holding the hash of the sources a sim image was built from.
 pub const SIM_SOURCE_LABEL: &str = "dev-env.sim-source";
 
-/// sha256 over `kube-sim/` (sources and manifest, in path order, tests
-/// excluded) and the workspace's `Cargo.lock`.
+/// The hash of what the node image is built from: see [`super::sim_source`].
 pub fn sim_source_hash(root: &Path) -> std::io::Result<String> {
-    fn walk(dir: &Path, files: &mut Vec<std::path::PathBuf>) -> std::io::Result<()> {
-        for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
-            if path.is_dir() {
-                if path
-                    .file_name()
-                    .is_some_and(|n| n != "target" && n != "tests")
-                {
-                    walk(&path, files)?;
-                }
-            } else {
-                files.push(path);
-            }
-        }
-        Ok(())
-    }
-    let mut files = Vec::new();
-    walk(&root.join("kube-sim"), &mut files)?;
-    files.sort();
-    files.push(root.join("Cargo.lock"));
-    let mut hasher = Sha256::new();
-    for file in files {
-        hasher.update(
-            file.strip_prefix(root)
-                .unwrap_or(&file)
-                .to_string_lossy()
-                .as_bytes(),
-        );
-        hasher.update([0]);
-        hasher.update(std::fs::read(&file)?);
-    }
-    Ok(hex::encode(hasher.finalize()))
+    super::sim_source::hash(root)
 }
 
 /// The simulator's build: `release`, except for the crates whose code runs
