@@ -2,11 +2,14 @@
 //! registry as `<registry host>/<image>:dev`, and prove that the registry
 //! serves exactly what was built.
 //!
-//! Two backends build images. [`cargo`] runs a static release build and
+//! Two backends build images, for the platform [`builds`] planned. [`cargo`]
+//! runs a static build with the component's profile (`dev` by default) and
 //! assembles a reproducible single-layer image itself ([`oci`]), then pushes
 //! it over the distribution API ([`distribution`]), uploading only the blobs
 //! the registry lacks. [`docker`] builds a Dockerfile through the engine and
-//! lets the engine push. Either way, the manifest is then fetched back by
+//! lets the engine push, unless [`dockerfile`] can assemble the same image
+//! itself; then it is pushed as the cargo backend pushes. An assembled image
+//! is kept while its inputs are unchanged ([`kept`]). Either way, the manifest is then fetched back by
 //! tag, and the sha256 of its bytes, the registry's `Docker-Content-Digest`
 //! and the digest the build reported must all agree ([`verify`]); anything
 //! else is an error. Only verified pushes reach the state file.
