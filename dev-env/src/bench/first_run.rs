@@ -64,16 +64,15 @@ pub fn first_run(root: &Path) -> Result<Vec<Figure>, Error> {
     Ok(figures(&measured?))
 }
 
-/// Gives the clone's `dev-env.yaml` its own name and node image, and lets
-/// Docker pick its subnet.
+/// Gives the clone's `dev-env.yaml` its own name, node image and subnet
+/// (one the repository's own environment, up beside it, does not use).
 fn own_environment(file: &Path, name: &str, image: &str) -> Result<(), Error> {
     let fail = step("rewriting the clone's dev-env.yaml");
     let text = std::fs::read_to_string(file).map_err(|e| fail.of(e))?;
     let mut config: Value = serde_yaml::from_str(&text).map_err(|e| fail.of(e))?;
     config["name"] = Value::from(name);
-    if let Some(network) = config.get_mut("network").and_then(Value::as_object_mut) {
-        network.remove("ipv4Subnet");
-    }
+    let subnet = format!("10.253.{}.0/24", std::process::id() % 250);
+    config["network"]["ipv4Subnet"] = Value::from(subnet);
     config["cluster"]["image"] = Value::from(image);
     let text = serde_yaml::to_string(&config).map_err(|e| fail.of(e))?;
     std::fs::write(file, text).map_err(|e| fail.of(e))
@@ -98,15 +97,21 @@ fn measure(sh: &Shell) -> Result<Breakdown, Error> {
         .map_err(|e| fail.of(e))?;
     let stderr = child.stderr.take().expect("stderr is piped");
     let mut stamps = Stamps::default();
+    // What is not an event (cargo's lines, the error) is kept for a failure.
+    let mut said = Vec::new();
     for line in std::io::BufReader::new(stderr).lines() {
         let Ok(line) = line else { break };
-        if let Ok(event) = serde_json::from_str::<Value>(&line) {
-            stamps.note(&event, up_started.elapsed());
+        match serde_json::from_str::<Value>(&line) {
+            Ok(event) => stamps.note(&event, up_started.elapsed()),
+            Err(_) => said.push(line),
         }
     }
     let status = child.wait().map_err(|e| fail.of(e))?;
     if !status.success() {
-        return Err(fail.of(format!("`cargo xtask dev up` exited with {status}")));
+        let last = said[said.len().saturating_sub(5)..].join("\n");
+        return Err(fail.of(format!(
+            "`cargo xtask dev up` exited with {status}:\n{last}"
+        )));
     }
     Ok(Breakdown {
         xtask,
