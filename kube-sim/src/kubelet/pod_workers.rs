@@ -635,9 +635,7 @@ pub(super) fn container_event<R: ContainerRuntime>(
     reason: &str,
     message: &str,
 ) {
-    let involved =
-        container_reference(&run.namespace, &run.name, &run.uid, &run.containers[i].name);
-    crate::controller::record_event(&k.store, &involved, MANAGER, "Normal", reason, message);
+    record_container_event(k, run, i, ("Normal", reason), message);
 }
 
 /// Records a `Warning` event about container `i` of the pod, from the kubelet.
@@ -648,9 +646,20 @@ fn container_warning<R: ContainerRuntime>(
     reason: &str,
     message: &str,
 ) {
+    record_container_event(k, run, i, ("Warning", reason), message);
+}
+
+/// Records an event of `(type, reason)` about container `i` of the pod.
+fn record_container_event<R: ContainerRuntime>(
+    k: &Arc<Kubelet<R>>,
+    run: &PodRun,
+    i: usize,
+    (kind, reason): (&str, &str),
+    message: &str,
+) {
     let involved =
         container_reference(&run.namespace, &run.name, &run.uid, &run.containers[i].name);
-    crate::controller::record_event(&k.store, &involved, MANAGER, "Warning", reason, message);
+    crate::controller::record_event(&k.store, &involved, MANAGER, kind, reason, message);
 }
 
 /// The object an Event about `container` of a pod names: the pod, with the container's `fieldPath`,
