@@ -158,24 +158,24 @@ pub struct UpReport {
     /// the registry.
     pub pushed: Vec<String>,
     pub applied: Vec<Applied>,
-    /// Objects of the environment's ApplySet that no manifest declares any
-    /// more, deleted.
-    pub pruned: Vec<apply::Member>,
-    /// Namespaces and CRDs no manifest declares, kept with what deleting
-    /// them would take (`--prune-destructive`).
-    pub held: Vec<apply::Held>,
-    /// Members no manifest declares, annotated `dev-env.io/prune:
-    /// disabled`: out of the set, in place.
-    pub released: Vec<apply::Member>,
+    /// What became of the environment's ApplySet members that no manifest
+    /// declares any more: deleted, kept (`--prune-destructive`), or
+    /// released (`dev-env.io/prune: disabled`).
+    pub pruning: apply::Pruning,
 }
 
 impl UpReport {
     /// `; pruned 2 object(s): ConfigMap/shop/a, …`, or nothing.
     pub fn pruned_summary(&self) -> String {
-        if self.pruned.is_empty() {
+        if self.pruning.deleted.is_empty() {
             return String::new();
         }
-        let names: Vec<String> = self.pruned.iter().map(ToString::to_string).collect();
+        let names: Vec<String> = self
+            .pruning
+            .deleted
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         format!("; pruned {} object(s): {}", names.len(), names.join(", "))
     }
 
@@ -202,9 +202,9 @@ impl UpReport {
             "recreated": self.recreated.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "pushed": self.pushed,
             "applied": self.applied.iter().map(|a| serde_json::json!({"object": a.name, "changed": a.changed})).collect::<Vec<_>>(),
-            "pruned": self.pruned.iter().map(ToString::to_string).collect::<Vec<_>>(),
-            "pruneHeld": self.held.iter().map(|h| serde_json::json!({"object": h.member.to_string(), "takes": h.takes})).collect::<Vec<_>>(),
-            "pruneReleased": self.released.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "pruned": self.pruning.deleted.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "pruneHeld": self.pruning.held.iter().map(|h| serde_json::json!({"object": h.member.to_string(), "takes": h.takes})).collect::<Vec<_>>(),
+            "pruneReleased": self.pruning.released.iter().map(ToString::to_string).collect::<Vec<_>>(),
         })
     }
 }
@@ -337,9 +337,7 @@ pub async fn up(
         recreated: drifts,
         pushed,
         applied,
-        pruned: report.pruning.deleted,
-        held: report.pruning.held,
-        released: report.pruning.released,
+        pruning: report.pruning,
     })
 }
 

@@ -88,7 +88,11 @@ fn removed_manifests_are_pruned_and_objects_made_by_hand_stay() {
     let env = shop();
     let config = env.config();
     let first = up(&config).expect("dev up");
-    assert!(first.pruned.is_empty(), "{:?}", first.pruned);
+    assert!(
+        first.pruning.deleted.is_empty(),
+        "{:?}",
+        first.pruning.deleted
+    );
     assert_eq!(maps(&env), ["drop", "gone", "keep"]);
     // Made by hand, with the same labels: not a member.
     kubectl(
@@ -110,7 +114,12 @@ fn removed_manifests_are_pruned_and_objects_made_by_hand_stay() {
     // A removed file: its ConfigMap goes.
     std::fs::remove_file(env.dir.join("manifests/20-gone.yaml")).unwrap();
     let second = up(&config).expect("dev up after a file was removed");
-    let pruned: Vec<String> = second.pruned.iter().map(ToString::to_string).collect();
+    let pruned: Vec<String> = second
+        .pruning
+        .deleted
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(pruned, ["ConfigMap/shop/gone"]);
     assert_eq!(
         second.pruned_summary(),
@@ -121,7 +130,12 @@ fn removed_manifests_are_pruned_and_objects_made_by_hand_stay() {
     // One document removed from a file of two: just that object goes.
     env.write("manifests/10-both.yaml", &map("keep"));
     let third = up(&config).expect("dev up after a document was removed");
-    let pruned: Vec<String> = third.pruned.iter().map(ToString::to_string).collect();
+    let pruned: Vec<String> = third
+        .pruning
+        .deleted
+        .iter()
+        .map(ToString::to_string)
+        .collect();
     assert_eq!(pruned, ["ConfigMap/shop/drop"]);
     assert_eq!(maps(&env), ["by-hand", "keep"]);
 
@@ -137,7 +151,11 @@ fn removed_manifests_are_pruned_and_objects_made_by_hand_stay() {
             &Stderr,
         ))
         .expect("dev up --no-prune");
-    assert!(kept.pruned.is_empty(), "{:?}", kept.pruned);
+    assert!(
+        kept.pruning.deleted.is_empty(),
+        "{:?}",
+        kept.pruning.deleted
+    );
     assert_eq!(maps(&env), ["by-hand", "keep"]);
 }
 
@@ -293,10 +311,11 @@ fn manifests_that_declare_nothing_prune_nothing_until_confirmed_and_never_what_i
     };
     let report = up_with(&env, all);
     assert_eq!(
-        names(&report.pruned),
+        names(&report.pruning.deleted),
         ["ConfigMap/shop/settings", "Widget/shop/declared"]
     );
     let held: Vec<(String, Vec<String>)> = report
+        .pruning
         .held
         .iter()
         .map(|h| (h.member.to_string(), h.takes.clone()))
@@ -344,13 +363,13 @@ fn manifests_that_declare_nothing_prune_nothing_until_confirmed_and_never_what_i
         },
     );
     assert_eq!(
-        names(&report.pruned),
+        names(&report.pruning.deleted),
         [
             "CustomResourceDefinition/widgets.prune.dev-env.io",
             "Namespace/shop"
         ]
     );
-    assert!(report.held.is_empty(), "{:?}", report.held);
+    assert!(report.pruning.held.is_empty(), "{:?}", report.pruning.held);
     assert!(!exists(&env, &["crd", "widgets.prune.dev-env.io"]));
 }
 
@@ -367,8 +386,12 @@ fn a_member_annotated_prune_disabled_leaves_the_set_and_stays() {
     up(&env.config()).expect("dev up");
     std::fs::remove_file(env.dir.join("manifests/20-gone.yaml")).unwrap();
     let report = up(&env.config()).expect("dev up after the annotated object was removed");
-    assert!(report.pruned.is_empty(), "{:?}", report.pruned);
-    assert_eq!(names(&report.released), ["ConfigMap/shop/gone"]);
+    assert!(
+        report.pruning.deleted.is_empty(),
+        "{:?}",
+        report.pruning.deleted
+    );
+    assert_eq!(names(&report.pruning.released), ["ConfigMap/shop/gone"]);
     assert_eq!(maps(&env), ["drop", "gone", "keep"]);
     // Out of the set: kubectl's prune of the same set leaves it too, and
     // the next run has nothing to say about it.
@@ -390,7 +413,7 @@ fn a_member_annotated_prune_disabled_leaves_the_set_and_stays() {
     );
     assert!(!kubectl_prune(&env).contains("configmap/gone"));
     let again = up(&env.config()).expect("dev up once more");
-    assert!(again.released.is_empty() && again.pruned.is_empty());
+    assert!(again.pruning.released.is_empty() && again.pruning.deleted.is_empty());
     assert_eq!(maps(&env), ["drop", "gone", "keep"]);
 }
 
