@@ -7,7 +7,7 @@ use std::path::Path;
 use bollard::{Docker, query_parameters::CreateImageOptionsBuilder};
 use futures::StreamExt;
 
-use super::{Error, NodeImage};
+use super::{Error, NodeImage, sim_source::Recipe};
 use crate::{
     config::{Config, Provider},
     docker,
@@ -144,27 +144,31 @@ pub fn sim_workspace(root: &Path) -> Option<std::path::PathBuf> {
 /// The image label holding the hash of the sources a sim image was built from.
 pub const SIM_SOURCE_LABEL: &str = "dev-env.sim-source";
 
-/// The hash of what the node image is built from: see [`super::sim_source`].
+/// The hash of what the node image is built from, and how: see
+/// [`super::sim_source`].
 pub fn sim_source_hash(root: &Path) -> std::io::Result<String> {
-    super::sim_source::hash(root)
+    super::sim_source::hash(root, SIMULATOR)
 }
 
-/// The simulator's build: `release`, except for the crates whose code runs
-/// only at start or on rare requests (the built-in types' OpenAPI schemas,
-/// protobuf messages, CEL rules, the engine API's types, the command line),
-/// which are where a cold build spends most and the simulator gains least
-/// (BENCHMARKS.md has the figures; `opt-level=1` throughout was measured
-/// too and costs the scale figures 15 to 40 %). Its own target directory, so
-/// the component builds beside it, in [`cargo_build::TARGET_DIR`], never
-/// wait for its lock.
-const SIMULATOR: &[&str] = &[
-    "profile.release.package.k8s-openapi.opt-level=0",
-    "profile.release.package.k8s-pb.opt-level=0",
-    "profile.release.package.bollard-stubs.opt-level=0",
-    "profile.release.package.clap_builder.opt-level=0",
-    "profile.release.package.cel.opt-level=1",
-    "profile.release.package.antlr4rust.opt-level=1",
-];
+/// How the simulator is built: `release`, except for the crates whose code
+/// runs only at start or on rare requests (the built-in types' OpenAPI
+/// schemas, protobuf messages, CEL rules, the engine API's types, the
+/// command line), which are where a cold build spends most and the
+/// simulator gains least. The `dev` profile builds in less than half the
+/// time but runs a thousand pods 3 to 6 times slower (BENCHMARKS.md has the
+/// figures). Its own target directory, so the component builds beside it,
+/// in [`cargo_build::TARGET_DIR`], never wait for its lock.
+pub const SIMULATOR: Recipe<'static> = Recipe {
+    profile: "release",
+    tuning: &[
+        "profile.release.package.k8s-openapi.opt-level=0",
+        "profile.release.package.k8s-pb.opt-level=0",
+        "profile.release.package.bollard-stubs.opt-level=0",
+        "profile.release.package.clap_builder.opt-level=0",
+        "profile.release.package.cel.opt-level=1",
+        "profile.release.package.antlr4rust.opt-level=1",
+    ],
+};
 
 /// The simulator's target directory, under the root of the workspace whose
 /// `dev-env.yaml` asks for it (never in cargo's checkout of a git
@@ -223,8 +227,8 @@ pub async fn build_sim_image(
         target_dir: sim.target_dir.clone(),
         package: "kube-sim",
         bin: "kube-sim",
-        profile: String::from("release"),
-        tuning: SIMULATOR,
+        profile: SIMULATOR.profile.to_string(),
+        tuning: SIMULATOR.tuning,
         target: sim.target.clone(),
         lines: None,
         progress: None,

@@ -3,12 +3,13 @@
 //! workspace (another member's source, a dependency only others use) does
 //! not rebuild it.
 //!
-//! The hash covers `kube-sim/` (sources and manifest, in path order, tests
-//! excluded), the locked packages of kube-sim's dependency graph in
+//! The hash covers how the image is built (the [`Recipe`]: profile and
+//! `--config` values), `kube-sim/` (sources and manifest, in path order,
+//! tests excluded), the locked packages of kube-sim's dependency graph in
 //! `Cargo.lock` (name, version, source and checksum), and what of the
 //! workspace's `Cargo.toml` its build reads: `[workspace.package]`, the
-//! `[workspace.dependencies]` entries kube-sim inherits, and the release
-//! profile.
+//! `[workspace.dependencies]` entries kube-sim inherits, and the tables of
+//! the recipe's profile.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -18,8 +19,19 @@ use sha2::{Digest, Sha256};
 /// The package the node image is built from.
 const PACKAGE: &str = "kube-sim";
 
-/// sha256 of what the node image of the workspace at `root` is built from.
-pub fn hash(root: &Path) -> std::io::Result<String> {
+/// How the node image's binary is built: what of the build the sources
+/// alone do not say.
+#[derive(Debug, Clone, Copy)]
+pub struct Recipe<'a> {
+    /// The cargo profile, such as `dev`.
+    pub profile: &'a str,
+    /// The `cargo --config` values the build adds.
+    pub tuning: &'a [&'a str],
+}
+
+/// sha256 of what the node image of the workspace at `root` is built from,
+/// and how.
+pub fn hash(root: &Path, recipe: Recipe<'_>) -> std::io::Result<String> {
     let mut files = Vec::new();
     walk(&root.join(PACKAGE), &mut files)?;
     files.sort();
@@ -28,6 +40,10 @@ pub fn hash(root: &Path) -> std::io::Result<String> {
         hasher.update(part);
         hasher.update([0]);
     };
+    put(recipe.profile.as_bytes());
+    for value in recipe.tuning {
+        put(value.as_bytes());
+    }
     for file in &files {
         put(file
             .strip_prefix(root)
@@ -42,7 +58,7 @@ pub fn hash(root: &Path) -> std::io::Result<String> {
     }
     let manifest = std::fs::read_to_string(root.join("Cargo.toml"))?;
     let own = std::fs::read_to_string(root.join(PACKAGE).join("Cargo.toml"))?;
-    for line in workspace_inputs(&manifest, &inherited(&own)) {
+    for line in workspace_inputs(&manifest, &inherited(&own), recipe.profile) {
         put(line.as_bytes());
     }
     Ok(hex::encode(hasher.finalize()))
@@ -167,8 +183,11 @@ fn inherited(manifest: &str) -> BTreeSet<String> {
 
 /// The lines of the workspace's `Cargo.toml` a member's build reads:
 /// `[workspace.package]`, the `[workspace.dependencies]` entries named in
-/// `inherited`, and every `[profile.release…]` table.
-fn workspace_inputs(manifest: &str, inherited: &BTreeSet<String>) -> Vec<String> {
+/// `inherited`, and the tables of `profile` (`[profile.dev]`,
+/// `[profile.dev.package.…]`, …).
+fn workspace_inputs(manifest: &str, inherited: &BTreeSet<String>, profile: &str) -> Vec<String> {
+    let own = format!("[profile.{profile}]");
+    let overrides = format!("[profile.{profile}.");
     let mut table = "";
     let mut out = Vec::new();
     for line in manifest.lines().map(str::trim) {
@@ -184,7 +203,7 @@ fn workspace_inputs(manifest: &str, inherited: &BTreeSet<String>) -> Vec<String>
             "[workspace.dependencies]" => line
                 .split_once('=')
                 .is_some_and(|(key, _)| inherited.contains(key.trim())),
-            t => t.starts_with("[profile.release"),
+            t => t == own || t.starts_with(&overrides),
         };
         if wanted {
             out.push(format!("{table} {line}"));
@@ -245,7 +264,13 @@ checksum = "dddd"
 
     const MANIFEST: &str = "[workspace]\nmembers = [\"kube-sim\", \"other\"]\n\n[workspace.package]\nedition = \"2024\"\n\n\
         [workspace.dependencies]\nserde = \"1\"\ntokio = { version = \"1.50\", features = [\"rt\"] }\nregex = \"1\"\n\n\
-        [profile.release]\nopt-level = 3\n\n[profile.dev]\ndebug = false\n";
+        [profile.release]\nopt-level = 3\n\n[profile.dev]\ndebug = false\n\n[profile.dev.package.serde]\nopt-level = 3\n";
+
+    /// The node image's recipe in these tests.
+    const RECIPE: Recipe<'static> = Recipe {
+        profile: "dev",
+        tuning: &["profile.dev.package.tokio.opt-level=1"],
+    };
 
     /// A workspace of kube-sim and another member.
     fn workspace() -> tempfile::TempDir {
@@ -277,16 +302,20 @@ checksum = "dddd"
             assert!(text.contains(from), "{from} in {}", path.display());
             std::fs::write(path, text.replace(from, to)).unwrap();
         };
-        let first = hash(root).unwrap();
+        let first = hash(root, RECIPE).unwrap();
         // Outside the graph: another member's source, a locked package
-        // only it uses, a dependency only it inherits, the dev profile,
+        // only it uses, a dependency only it inherits, another profile,
         // kube-sim's tests.
         edit("other/src/lib.rs", "f()", "g()");
         edit("Cargo.lock", "checksum = \"aaaa\"", "checksum = \"eeee\"");
         edit("Cargo.toml", "regex = \"1\"", "regex = \"1.12\"");
-        edit("Cargo.toml", "debug = false", "debug = true");
+        edit(
+            "Cargo.toml",
+            "opt-level = 3\n\n[profile.dev]",
+            "opt-level = 2\n\n[profile.dev]",
+        );
         edit("kube-sim/tests/it.rs", "fn t()", "fn u()");
-        assert_eq!(hash(root).unwrap(), first);
+        assert_eq!(hash(root, RECIPE).unwrap(), first);
         // Inside: each changes it.
         let mut seen = BTreeSet::from([first]);
         for (path, from, to) in [
@@ -302,11 +331,31 @@ checksum = "dddd"
                 "features = [\"rt\"]",
                 "features = [\"rt\", \"fs\"]",
             ),
-            ("Cargo.toml", "opt-level = 3", "opt-level = 2"),
+            ("Cargo.toml", "debug = false", "debug = true"),
+            (
+                "Cargo.toml",
+                "serde]\nopt-level = 3",
+                "serde]\nopt-level = 1",
+            ),
             ("Cargo.toml", "edition = \"2024\"", "edition = \"2021\""),
         ] {
             edit(path, from, to);
-            assert!(seen.insert(hash(root).unwrap()), "{path}: {from} -> {to}");
+            assert!(
+                seen.insert(hash(root, RECIPE).unwrap()),
+                "{path}: {from} -> {to}"
+            );
+        }
+        // And so does how it is built.
+        let tuned = Recipe {
+            tuning: &["profile.dev.package.tokio.opt-level=2"],
+            ..RECIPE
+        };
+        let release = Recipe {
+            profile: "release",
+            ..RECIPE
+        };
+        for recipe in [tuned, release] {
+            assert!(seen.insert(hash(root, recipe).unwrap()), "{recipe:?}");
         }
     }
 
