@@ -59,7 +59,7 @@ impl flags::Bench {
             ));
             let binary = self.kube_sim.as_deref();
             figures.extend(
-                ctx.block_on(bench::sim_scale(runs, SCALE.0, SCALE.1, binary))?
+                ctx.block_on(bench::sim_scale(root, runs, SCALE, binary))?
                     .context("bench")?,
             );
         }

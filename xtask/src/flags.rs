@@ -42,8 +42,8 @@ pub struct Test {
 
 #[derive(Debug, Args)]
 pub struct Bench {
-    /// Runs per figure (at least 5)
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(5..))]
+    /// Runs per figure (a scale run of each binary takes minutes)
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..))]
     pub runs: u16,
     /// Print one JSON object per figure instead of a Markdown table
     #[arg(long)]
@@ -55,8 +55,8 @@ pub struct Bench {
     /// Measure only these sets (repeatable); all of them by default
     #[arg(long, value_enum)]
     pub only: Vec<BenchSet>,
-    /// The kube-sim binary the scale figures run, instead of the one in the
-    /// sim node image
+    /// The kube-sim binary the scale figures run, instead of the `release`
+    /// build and the sim node image's side by side
     #[arg(long, value_name = "PATH")]
     pub kube_sim: Option<std::path::PathBuf>,
 }

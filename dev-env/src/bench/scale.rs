@@ -67,33 +67,83 @@ struct ScaleRun {
 /// kube-sim at scale: `deployments` Deployments of `replicas` pods created
 /// and brought Ready, then all restarted at once, [`ROLLOUTS`] times, then
 /// their namespace deleted; the simulator's resident memory after each
-/// phase, its peak RSS and CPU time. kube-sim runs as its own process (by
-/// default the binary taken out of the sim node image, which
-/// `inner_loop`'s `dev up` makes when missing; `binary` names another)
-/// with the virtual kubelet, pulling a small image from the real
-/// distribution registry.
+/// phase, its peak RSS and CPU time. kube-sim runs as its own process with
+/// the virtual kubelet, pulling a small image from the real distribution
+/// registry: `binary` when given, else both the `release` build of the
+/// workspace at `root` and the binary taken out of the sim node image
+/// (which `inner_loop`'s `dev up` makes when missing), each figure of the
+/// node image's beside the release one's, with their ratio.
 pub async fn sim_scale(
+    root: &Path,
     runs: usize,
-    deployments: usize,
-    replicas: i32,
+    shape: (usize, i32),
     binary: Option<&Path>,
 ) -> Result<Vec<Figure>, Error> {
     let dir = tempfile::tempdir().map_err(|e| step("a temporary directory").of(e))?;
-    let binary = match binary {
-        Some(b) => b.to_path_buf(),
-        None => {
-            let binary = dir.path().join("kube-sim");
-            extract_binary(crate::config::DEFAULT_SIM_IMAGE, "/bin/kube-sim", &binary)
-                .await
-                .map_err(|e| step("taking kube-sim out of the node image").of(e))?;
-            binary
-        }
-    };
+    if let Some(binary) = binary {
+        return measure(binary, runs, shape).await;
+    }
+    let release = release_binary(root)?;
+    let node_image = dir.path().join("kube-sim");
+    extract_binary(
+        crate::config::DEFAULT_SIM_IMAGE,
+        "/bin/kube-sim",
+        &node_image,
+    )
+    .await
+    .map_err(|e| step("taking kube-sim out of the node image").of(e))?;
+    let release = measure(&release, runs, shape).await?;
+    let node_image = measure(&node_image, runs, shape).await?;
+    Ok(side_by_side(release, node_image))
+}
+
+/// `runs` scale runs of `binary`, as figures.
+async fn measure(binary: &Path, runs: usize, shape: (usize, i32)) -> Result<Vec<Figure>, Error> {
     let mut samples = Vec::new();
     for _ in 0..runs {
-        samples.push(scale_run(&binary, deployments, replicas).await?);
+        samples.push(scale_run(binary, shape.0, shape.1).await?);
     }
-    Ok(figures(&samples, deployments, replicas))
+    Ok(figures(&samples, shape.0, shape.1))
+}
+
+/// kube-sim's `release` build in the workspace at `root`
+/// (`target/release/kube-sim`), built when missing or stale.
+fn release_binary(root: &Path) -> Result<std::path::PathBuf, Error> {
+    let fail = step("cargo build --release -p kube-sim");
+    let sh = Shell::new().map_err(|e| fail.of(e))?;
+    sh.change_dir(root);
+    let target = root.join("target");
+    cmd!(
+        sh,
+        "cargo build --quiet --release -p kube-sim --bin kube-sim"
+    )
+    .env("CARGO_TARGET_DIR", &target)
+    .run()
+    .map_err(|e| fail.of(e))?;
+    Ok(target.join("release/kube-sim"))
+}
+
+/// Each release figure, then the node image's of the same name, then, for
+/// times and sizes, the node image's median over the release one's.
+fn side_by_side(release: Vec<Figure>, node_image: Vec<Figure>) -> Vec<Figure> {
+    let mut out = Vec::new();
+    for (r, n) in release.into_iter().zip(node_image) {
+        let ratio = (r.unit != "x" && r.median > 0.0).then(|| {
+            Figure::of(
+                &format!("{}: node image / release", r.name),
+                "x",
+                vec![n.median / r.median],
+            )
+        });
+        let named = |f: Figure, build: &str| Figure {
+            name: format!("{} ({build})", f.name),
+            ..f
+        };
+        out.push(named(r, "release"));
+        out.push(named(n, "node image"));
+        out.extend(ratio);
+    }
+    out
 }
 
 /// The figures of `samples`.
@@ -476,4 +526,37 @@ fn clock_ticks() -> f64 {
         .and_then(|sh| cmd!(sh, "getconf CLK_TCK").quiet().read().ok())
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or(100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_node_image_figure_follows_its_release_one_with_their_ratio() {
+        let release = vec![
+            Figure::of("ready", "s", vec![10.0]),
+            Figure::of("growth", "x", vec![1.1]),
+        ];
+        let node_image = vec![
+            Figure::of("ready", "s", vec![15.0]),
+            Figure::of("growth", "x", vec![1.2]),
+        ];
+        let rows: Vec<(String, f64)> = side_by_side(release, node_image)
+            .into_iter()
+            .map(|f| (f.name, f.median))
+            .collect();
+        let names: Vec<&str> = rows.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "ready (release)",
+                "ready (node image)",
+                "ready: node image / release",
+                "growth (release)",
+                "growth (node image)",
+            ]
+        );
+        assert_eq!(rows[2].1, 1.5);
+    }
 }
