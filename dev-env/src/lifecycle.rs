@@ -26,7 +26,7 @@ pub use self::{
     dry_run::{DryRun, DryRunOptions, dry_run},
     node_image::{
         BuildError, SIM_SOURCE_LABEL, SIMULATOR_TARGET_DIR, SimBuild, build_sim_image,
-        sim_source_hash, sim_workspace,
+        sim_source_hash, sim_workspace, simulator_target_dir,
     },
 };
 use crate::{

@@ -416,7 +416,8 @@ fn rustflags(root: &Path, crt_static: bool) -> String {
     flags.join("\x1f")
 }
 
-fn cargo_home() -> Option<PathBuf> {
+/// Cargo's home: `$CARGO_HOME`, else `~/.cargo`.
+pub(crate) fn cargo_home() -> Option<PathBuf> {
     if let Some(home) = std::env::var_os("CARGO_HOME") {
         return Some(PathBuf::from(home));
     }

@@ -112,7 +112,7 @@ async fn ensure_sim_image(
     };
     let sim = SimBuild {
         workspace: &workspace,
-        target_dir: config.root.join(SIMULATOR_TARGET_DIR),
+        target_dir: simulator_target_dir(&workspace, &config.root),
         image,
         source: &source,
         target,
@@ -170,10 +170,33 @@ pub const SIMULATOR: Recipe<'static> = Recipe {
     ],
 };
 
-/// The simulator's target directory, under the root of the workspace whose
-/// `dev-env.yaml` asks for it (never in cargo's checkout of a git
-/// dependency, which may be read-only).
+/// The simulator's target directory, below the root of a workspace.
 pub const SIMULATOR_TARGET_DIR: &str = "target/node-image";
+
+/// Where the simulator of the sources at `workspace` builds for the
+/// environment whose `dev-env.yaml` is at `project`: in the workspace that
+/// holds the sources, so every environment built from them shares one
+/// build (cargo's lock on the directory lets one compile while the others
+/// wait, then find it fresh), except when cargo checked them out for a git
+/// dependency, where the checkout may be read-only: then in the project.
+pub fn simulator_target_dir(workspace: &Path, project: &Path) -> std::path::PathBuf {
+    target_dir_for(workspace, project, cargo_build::cargo_home().as_deref())
+}
+
+/// [`simulator_target_dir`], with cargo's home at `cargo_home`.
+fn target_dir_for(
+    workspace: &Path,
+    project: &Path,
+    cargo_home: Option<&Path>,
+) -> std::path::PathBuf {
+    let checked_out = cargo_home.is_some_and(|home| {
+        ["git", "registry"]
+            .iter()
+            .any(|dir| workspace.starts_with(home.join(dir)))
+    });
+    let base = if checked_out { project } else { workspace };
+    base.join(SIMULATOR_TARGET_DIR)
+}
 
 /// Why the kube-sim node image could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -265,4 +288,42 @@ pub async fn build_sim_image(
     };
     image::docker::build(docker, &build).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::target_dir_for;
+
+    #[test]
+    fn environments_built_from_one_checkout_share_its_build_and_a_cargo_checkout_is_left_alone() {
+        let home = Path::new("/home/u/.cargo");
+        let project = Path::new("/home/u/app");
+        // A member, a path dependency or a checkout above the project: its own target directory.
+        assert_eq!(
+            target_dir_for(Path::new("/home/u/dev-env"), project, Some(home)),
+            Path::new("/home/u/dev-env/target/node-image")
+        );
+        assert_eq!(
+            target_dir_for(project, project, Some(home)),
+            Path::new("/home/u/app/target/node-image")
+        );
+        // cargo's checkout of a git dependency, or an unpacked crate: the project's.
+        let git = Path::new("/home/u/.cargo/git/checkouts/dev-env-1a2b/3c4d5e6");
+        assert_eq!(
+            target_dir_for(git, project, Some(home)),
+            Path::new("/home/u/app/target/node-image")
+        );
+        let registry = Path::new("/home/u/.cargo/registry/src/index.crates.io-1/kube-sim-0.1.0");
+        assert_eq!(
+            target_dir_for(registry, project, Some(home)),
+            Path::new("/home/u/app/target/node-image")
+        );
+        // A directory merely named like cargo's is not cargo's.
+        assert_eq!(
+            target_dir_for(Path::new("/src/git/dev-env"), project, None),
+            Path::new("/src/git/dev-env/target/node-image")
+        );
+    }
 }
