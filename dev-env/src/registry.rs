@@ -438,7 +438,7 @@ pub async fn resolve_image(
 }
 
 /// Pulls `image` under [`PULL_TIMEOUT`]; the error is the engine's words.
-async fn pull(docker: &Docker, image: &str) -> Result<(), PullError> {
+pub(crate) async fn pull(docker: &Docker, image: &str) -> Result<(), PullError> {
     let options = CreateImageOptionsBuilder::default()
         .from_image(image)
         .build();

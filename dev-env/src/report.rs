@@ -60,6 +60,12 @@ pub enum Event {
         /// Whether the local image is built now (else: built earlier).
         building: bool,
     },
+    /// The published sim node image cannot be had, or was built from other
+    /// sources; it is built from the sources here instead.
+    NodeImageFallback {
+        image: String,
+        cause: String,
+    },
     /// The node image is being built (sim) or pulled (k3s).
     NodeImage {
         image: String,
@@ -246,6 +252,10 @@ impl fmt::Display for Event {
             } => write!(
                 f,
                 "registry image `{wanted}` cannot be pulled ({cause}); using `{local}`, built earlier from the distribution binary"
+            ),
+            Event::NodeImageFallback { image, cause } => write!(
+                f,
+                "node     image {image}: not pulled ({cause}); building it from kube-sim's sources"
             ),
             Event::NodeImage { image, step } => write!(f, "node     image {image}: {step}"),
             Event::Node {

@@ -338,3 +338,101 @@ fn up_repairs_a_killed_node_and_a_deleted_registry() {
         ))
         .unwrap();
 }
+
+/// `dev up` of a sim environment whose node image is `image`, with its
+/// events recorded; the report's node image and the lines.
+fn up_with_node_image(image: &str) -> (Option<lifecycle::NodeImage>, String) {
+    let env = SimProject::with_config_map("pub");
+    env.write(
+        "dev-env.yaml",
+        &format!(
+            "name: {}\nnetwork: {{ipv4Subnet: {}}}\ncluster: {{provider: sim, image: '{image}'}}\nmanifests: [manifests]\n",
+            env.name, env.subnet
+        ),
+    );
+    let recorder = dev_env_tests::Recorder::default();
+    let report = runtime()
+        .block_on(lifecycle::up(&env.config(), OPTIONS, &recorder))
+        .unwrap_or_else(|e| panic!("{}", dev_env::error_chain(&e)));
+    let lines = recorder.lines.lock().unwrap().join("\n");
+    (report.node_image, lines)
+}
+
+fn docker(args: &[&str]) {
+    let sh = Shell::new().unwrap();
+    cmd!(sh, "docker {args...}")
+        .quiet()
+        .ignore_stdout()
+        .run()
+        .unwrap();
+}
+
+fn sim_source_label(image: &str) -> String {
+    let sh = Shell::new().unwrap();
+    let format = format!(
+        "{{{{index .Config.Labels \"{}\"}}}}",
+        lifecycle::SIM_SOURCE_LABEL
+    );
+    cmd!(sh, "docker image inspect --format {format} {image}")
+        .quiet()
+        .read()
+        .unwrap()
+}
+
+#[test]
+fn a_published_node_image_is_pulled_when_built_from_these_sources_and_built_here_otherwise() {
+    // The node image of these sources, as a publisher would have built it.
+    let local = dev_env::config::DEFAULT_SIM_IMAGE;
+    let (built, _) = up_with_node_image(local);
+    assert!(built.is_some(), "{built:?}");
+    let source = lifecycle::sim_source_hash(&dev_env_tests::repo_root()).unwrap();
+    assert_eq!(sim_source_label(local), source);
+
+    let publisher = dev_env_tests::DistributionRegistry::start();
+    let published = format!("{}/kube-sim:published", publisher.host());
+    docker(&["tag", local, &published]);
+    docker(&["push", &published]);
+    docker(&["rmi", &published]);
+    // One of other sources: the same image under another label.
+    let stale = format!("{}/kube-sim:stale", publisher.host());
+    let context = tempfile::tempdir().unwrap();
+    std::fs::write(
+        context.path().join("Dockerfile"),
+        format!("FROM {local}\nLABEL {}=0123\n", lifecycle::SIM_SOURCE_LABEL),
+    )
+    .unwrap();
+    docker(&[
+        "build",
+        "-q",
+        "-t",
+        &stale,
+        &context.path().to_string_lossy(),
+    ]);
+    docker(&["push", &stale]);
+    docker(&["rmi", &stale]);
+    let gone = format!("127.0.0.1:{}/kube-sim:gone", dev_env_tests::free_port());
+
+    let (pulled, lines) = up_with_node_image(&published);
+    assert_eq!(pulled, Some(lifecycle::NodeImage::Pulled), "{lines}");
+    assert!(!lines.contains("building"), "{lines}");
+    assert_eq!(sim_source_label(&published), source);
+
+    let (rebuilt, lines) = up_with_node_image(&stale);
+    assert_eq!(rebuilt, Some(lifecycle::NodeImage::Built), "{lines}");
+    assert!(lines.contains("it was built from other sources"), "{lines}");
+    assert_eq!(sim_source_label(&stale), source, "the build replaced it");
+
+    let (offline, lines) = up_with_node_image(&gone);
+    assert_eq!(offline, Some(lifecycle::NodeImage::Built), "{lines}");
+    assert!(lines.contains("the engine cannot pull it"), "{lines}");
+    assert_eq!(sim_source_label(&gone), source);
+
+    let sh = Shell::new().unwrap();
+    for image in [&published, &stale, &gone] {
+        let _ = cmd!(sh, "docker rmi {image}")
+            .quiet()
+            .ignore_stdout()
+            .ignore_stderr()
+            .run();
+    }
+}

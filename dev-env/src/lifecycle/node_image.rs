@@ -98,6 +98,19 @@ async fn ensure_sim_image(
         image: image.clone(),
         step,
     };
+    if is_published(image) {
+        reporter.report(&step(Step::Pulling));
+        match pull_published(docker, image, &source).await {
+            Ok(()) => {
+                reporter.report(&step(Step::Pulled));
+                return Ok(NodeImage::Pulled);
+            }
+            Err(cause) => reporter.report(&Event::NodeImageFallback {
+                image: image.clone(),
+                cause,
+            }),
+        }
+    }
     let target = sim_target(docker, &workspace)
         .await
         .map_err(|reason| Error::NodeImage {
@@ -120,6 +133,41 @@ async fn ensure_sim_image(
     build_sim_image(docker, &sim, sinks).await.map_err(failed)?;
     reporter.report(&step(Step::Built));
     Ok(NodeImage::Built)
+}
+
+/// Whether the sim node image `image` names a registry (its first
+/// component a host: it holds a `.` or a `:`, or is `localhost`), so that a
+/// published image may be pulled. The default, `dev-env/kube-sim:dev`, names
+/// none: it is only ever built here, and `dev up` stays offline.
+pub fn is_published(image: &str) -> bool {
+    image.split_once('/').is_some_and(|(first, _)| {
+        first == "localhost" || first.contains('.') || first.contains(':')
+    })
+}
+
+/// Pulls the published node image and keeps it when it was built from the
+/// sources hashed `source`; otherwise why not, in words.
+async fn pull_published(docker: &Docker, image: &str, source: &str) -> Result<(), String> {
+    crate::registry::pull(docker, image)
+        .await
+        .map_err(|e| format!("the engine cannot pull it: {}", crate::error_chain(&e)))?;
+    let pulled = docker::inspect_image(docker, image)
+        .await
+        .map_err(|e| crate::error_chain(&e))?;
+    let label = pulled
+        .as_ref()
+        .and_then(|i| i.config.as_ref())
+        .and_then(|c| c.labels.as_ref())
+        .and_then(|l| l.get(SIM_SOURCE_LABEL).cloned());
+    match label {
+        Some(label) if label == source => Ok(()),
+        Some(label) => Err(format!(
+            "it was built from other sources: its {SIM_SOURCE_LABEL} is {label}, these sources hash to {source}"
+        )),
+        None => Err(format!(
+            "it has no {SIM_SOURCE_LABEL} label: it is not a kube-sim node image"
+        )),
+    }
 }
 
 /// How the simulator is built to run on the engine's machine, or why this
@@ -294,7 +342,27 @@ pub async fn build_sim_image(
 mod tests {
     use std::path::Path;
 
-    use super::target_dir_for;
+    use super::{is_published, target_dir_for};
+
+    #[test]
+    fn only_an_image_that_names_a_registry_is_pulled() {
+        for published in [
+            "ghcr.io/team/kube-sim:v1",
+            "localhost:5000/kube-sim:dev",
+            "localhost/kube-sim",
+            "registry.internal:443/dev-env/kube-sim",
+        ] {
+            assert!(is_published(published), "{published}");
+        }
+        for local in [
+            "dev-env/kube-sim:dev",
+            "kube-sim",
+            "kube-sim:dev",
+            "team/kube-sim",
+        ] {
+            assert!(!is_published(local), "{local}");
+        }
+    }
 
     #[test]
     fn environments_built_from_one_checkout_share_its_build_and_a_cargo_checkout_is_left_alone() {
