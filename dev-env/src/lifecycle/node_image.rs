@@ -87,10 +87,7 @@ async fn ensure_sim_image(
                 source,
             })
         })?;
-    let built_from = present
-        .and_then(|i| i.config.as_ref())
-        .and_then(|c| c.labels.as_ref())
-        .and_then(|l| l.get(SIM_SOURCE_LABEL).cloned());
+    let built_from = present.and_then(source_label);
     if built_from.as_deref() == Some(source.as_str()) {
         return Ok(NodeImage::Present);
     }
@@ -135,6 +132,15 @@ async fn ensure_sim_image(
     Ok(NodeImage::Built)
 }
 
+/// The hash of the sources an image was built from, its [`SIM_SOURCE_LABEL`].
+fn source_label(image: &bollard::models::ImageInspect) -> Option<String> {
+    image
+        .config
+        .as_ref()
+        .and_then(|c| c.labels.as_ref())
+        .and_then(|l| l.get(SIM_SOURCE_LABEL).cloned())
+}
+
 /// Whether the sim node image `image` names a registry (its first
 /// component a host: it holds a `.` or a `:`, or is `localhost`), so that a
 /// published image may be pulled. The default, `dev-env/kube-sim:dev`, names
@@ -154,12 +160,7 @@ async fn pull_published(docker: &Docker, image: &str, source: &str) -> Result<()
     let pulled = docker::inspect_image(docker, image)
         .await
         .map_err(|e| crate::error_chain(&e))?;
-    let label = pulled
-        .as_ref()
-        .and_then(|i| i.config.as_ref())
-        .and_then(|c| c.labels.as_ref())
-        .and_then(|l| l.get(SIM_SOURCE_LABEL).cloned());
-    match label {
+    match pulled.as_ref().and_then(source_label) {
         Some(label) if label == source => Ok(()),
         Some(label) => Err(format!(
             "it was built from other sources: its {SIM_SOURCE_LABEL} is {label}, these sources hash to {source}"
