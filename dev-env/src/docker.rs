@@ -2,9 +2,12 @@
 //! the small idempotent helpers the drivers share (inspect-or-none, ensure a
 //! volume, remove-if-present).
 //!
-//! The engine is reached through its local socket with bollard. bollard
-//! speaks a newer API than many engines accept, so [`connect`] negotiates
-//! the version before anything else is sent.
+//! The engine is the one the Docker CLI would use ([`endpoint`]), reached
+//! with bollard over its unix socket or TCP (with TLS when the CLI would
+//! use it). bollard speaks a newer API than many engines accept, so
+//! [`connect`] negotiates the version before anything else is sent. What
+//! kind of engine it is ([`engine`]) decides how nodes reach it and the
+//! host.
 
 use std::collections::HashMap;
 
@@ -22,21 +25,31 @@ pub const LABEL_NAME: &str = "dev-env.name";
 /// (`registry`, `node`, `network`).
 pub const LABEL_ROLE: &str = "dev-env.role";
 
+pub mod endpoint;
+pub mod engine;
+
+pub use endpoint::{Endpoint, Resolved, Source};
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "cannot reach the Docker engine at {at}; start Docker, or point `DOCKER_HOST` at a running engine's socket"
+        "cannot reach the Docker engine at {endpoint} ({source_of}); start that engine, or choose another with `DOCKER_HOST` or `docker context use`",
+        source_of = chosen.source,
+        endpoint = chosen.endpoint
     )]
     Connect {
-        /// The socket tried.
-        at: String,
+        /// The engine tried.
+        chosen: Resolved,
         #[source]
         source: BollardError,
     },
     #[error(
-        "`DOCKER_HOST={host}` is not a unix socket; dev-env reaches the engine through its socket (`unix:///var/run/docker.sock`), so point `DOCKER_HOST` at one or unset it"
+        "no Docker engine answers; tried {}. Start Docker, or point `DOCKER_HOST` or a Docker context at a running engine",
+        tried.join("; ")
     )]
-    UnsupportedHost { host: String },
+    NoEngine { tried: Vec<String> },
+    #[error(transparent)]
+    Endpoint(#[from] endpoint::Error),
     #[error("Docker engine: cannot {action}")]
     Api {
         /// What was being done, such as "inspect container `demo-registry`".
@@ -56,31 +69,66 @@ impl Error {
     }
 }
 
-/// Connects to the engine and negotiates the API version it speaks: the
-/// unix socket `DOCKER_HOST` names (`unix://…`), or the default socket.
+/// A connected engine and how it was found.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub docker: Docker,
+    pub chosen: Resolved,
+}
+
+/// Connects to the engine the Docker CLI would use ([`endpoint::resolve`])
+/// and negotiates the API version it speaks.
 pub async fn connect() -> Result<Docker, Error> {
-    let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
-    let docker = match host.as_deref() {
-        None => Docker::connect_with_socket_defaults(),
-        Some(host) if host.starts_with("unix://") => {
-            Docker::connect_with_unix(host, 120, bollard::API_DEFAULT_VERSION)
-        }
-        Some(host) => {
-            return Err(Error::UnsupportedHost {
-                host: host.to_string(),
-            });
-        }
+    Ok(connect_engine().await?.docker)
+}
+
+/// [`connect`], saying which engine answered and where it was found.
+pub async fn connect_engine() -> Result<Engine, Error> {
+    let var = |key: &str| std::env::var(key).ok();
+    let lookup = endpoint::Lookup {
+        var: &var,
+        home: std::env::var_os("HOME").map(std::path::PathBuf::from),
     };
-    let at = host.unwrap_or_else(|| String::from("unix:///var/run/docker.sock"));
-    let connect = |source| Error::Connect {
-        at: at.clone(),
-        source,
-    };
-    docker
-        .map_err(connect)?
-        .negotiate_version()
-        .await
-        .map_err(connect)
+    let candidates = endpoint::resolve(&lookup)?;
+    if let Some(chosen) = candidates.explicit {
+        return match dial(&chosen.endpoint).await {
+            Ok(docker) => Ok(Engine { docker, chosen }),
+            Err(source) => Err(Error::Connect { chosen, source }),
+        };
+    }
+    let mut tried = Vec::new();
+    for chosen in candidates.fallbacks {
+        if let Endpoint::Unix(path) = &chosen.endpoint
+            && !path.exists()
+        {
+            tried.push(format!("{} ({}: absent)", chosen.endpoint, chosen.source));
+            continue;
+        }
+        match dial(&chosen.endpoint).await {
+            Ok(docker) => return Ok(Engine { docker, chosen }),
+            Err(e) => tried.push(format!("{} ({}: {e})", chosen.endpoint, chosen.source)),
+        }
+    }
+    Err(Error::NoEngine { tried })
+}
+
+/// A client of the engine at `endpoint`, its API version negotiated.
+async fn dial(endpoint: &Endpoint) -> Result<Docker, BollardError> {
+    const TIMEOUT_S: u64 = 120;
+    let version = bollard::API_DEFAULT_VERSION;
+    let docker = match endpoint {
+        Endpoint::Unix(path) => {
+            Docker::connect_with_unix(&path.to_string_lossy(), TIMEOUT_S, version)
+        }
+        Endpoint::Tcp { address, tls: None } => {
+            Docker::connect_with_http(address, TIMEOUT_S, version)
+        }
+        Endpoint::Tcp {
+            address,
+            tls: Some(tls),
+        } => Docker::connect_with_ssl(address, &tls.key, &tls.cert, &tls.ca, TIMEOUT_S, version),
+    }?;
+    docker.negotiate_version().await
 }
 
 /// The labels of an object that belongs to environment `name` in `role`.
