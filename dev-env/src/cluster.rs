@@ -284,6 +284,16 @@ fn host_config(spec: &NodeSpec, port_key: &str, host_port: u16) -> HostConfig {
                 .collect(),
         ),
         tmpfs: Some(spec.tmpfs.clone().into_iter().collect()),
+        devices: (!spec.devices.is_empty()).then(|| {
+            spec.devices
+                .iter()
+                .map(|path| bollard::models::DeviceMapping {
+                    path_on_host: Some(path.clone()),
+                    path_in_container: Some(path.clone()),
+                    cgroup_permissions: Some(String::from("rwm")),
+                })
+                .collect()
+        }),
         mounts: Some(
             spec.mounts
                 .iter()

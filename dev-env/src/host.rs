@@ -1,9 +1,14 @@
 //! The host as pods see it: `host.docker.internal` resolves, in every pod,
-//! to the gateway of the environment's own Docker network (its IPAM
+//! to where the engine routes the machine dev-env runs on
+//! ([`crate::docker::engine::host_route`]). On Docker Engine on Linux that
+//! is the gateway of the environment's own Docker network (its IPAM
 //! gateway, which dev-env declares as the subnet's first address), where a
-//! process on the host can listen for calls from the cluster. Docker's
-//! own `host-gateway` names the default bridge's gateway instead, which is
-//! not on the path pods on this network take.
+//! process on the host can listen for calls from the cluster: Docker's own
+//! `host-gateway` names the default bridge's gateway there, which is not
+//! on the path pods on this network take. Engines in a VM (Docker Desktop,
+//! OrbStack, Rancher Desktop, Podman) resolve `host-gateway` to the machine
+//! outside the VM, colima routes lima's 192.168.5.2 there, and rootless
+//! Docker RootlessKit's 10.0.2.2.
 //!
 //! The node container gets the name as an extra host. kube-sim's Docker
 //! kubelet passes its own `host.docker.internal` entry on to every pod
@@ -21,6 +26,7 @@ use kube::{
 
 use crate::{
     config::Config,
+    docker::engine::HostAddress,
     wait::{self, Step},
 };
 
@@ -38,6 +44,16 @@ pub enum Error {
     )]
     NoCoreDns { timeout: Duration },
     #[error(
+        "the engine gave node {container} no `{HOST_NAME}` line in /etc/hosts for its `host-gateway`; `docker exec {container} cat /etc/hosts` shows what it has"
+    )]
+    NoHostLine { container: String },
+    #[error("cannot read /etc/hosts in node {container}")]
+    ReadHosts {
+        container: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error(
         "adding `{HOST_NAME}` to kube-system/coredns: {}",
         crate::apply::api_error(error)
     )]
@@ -53,6 +69,70 @@ pub fn gateway(config: &Config) -> Ipv4Addr {
         .hosts()
         .next()
         .unwrap_or(config.network.ipv4_subnet.network())
+}
+
+/// The address pods of a k3s node reach the host at: the one the setup
+/// names, or for Docker's `host-gateway`, the one the engine wrote into the
+/// node's `/etc/hosts`.
+pub async fn node_address(
+    docker: &bollard::Docker,
+    container: &str,
+    host: &HostAddress,
+) -> Result<Ipv4Addr, Error> {
+    match host {
+        HostAddress::Gateway(ip) | HostAddress::Fixed(ip) => Ok(*ip),
+        HostAddress::HostGateway => {
+            let hosts = read_file(docker, container, "/etc/hosts").await?;
+            address_in_hosts(&hosts).ok_or_else(|| Error::NoHostLine {
+                container: container.to_string(),
+            })
+        }
+    }
+}
+
+/// The IPv4 address `hosts` gives `host.docker.internal`.
+pub fn address_in_hosts(hosts: &str) -> Option<Ipv4Addr> {
+    hosts.lines().find_map(|line| {
+        let line = line.split('#').next()?;
+        let mut fields = line.split_whitespace();
+        let address: Ipv4Addr = fields.next()?.parse().ok()?;
+        fields.any(|name| name == HOST_NAME).then_some(address)
+    })
+}
+
+/// The text of `path` in a running container, by `cat` in it (k3s's image
+/// has a shell and coreutils).
+async fn read_file(
+    docker: &bollard::Docker,
+    container: &str,
+    path: &str,
+) -> Result<String, Error> {
+    use bollard::exec::{CreateExecOptions, StartExecResults};
+    use futures::StreamExt;
+    let failed = |source| Error::ReadHosts {
+        container: container.to_string(),
+        source,
+    };
+    let exec = docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                cmd: Some(vec!["cat", path]),
+                attach_stdout: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(failed)?;
+    let mut text = String::new();
+    if let StartExecResults::Attached { mut output, .. } =
+        docker.start_exec(&exec.id, None).await.map_err(failed)?
+    {
+        while let Some(chunk) = output.next().await {
+            text.push_str(&chunk.map_err(failed)?.to_string());
+        }
+    }
+    Ok(text)
 }
 
 /// `hosts` with a line `<address> host.docker.internal`, any earlier line
@@ -132,6 +212,18 @@ mod tests {
         assert_eq!(
             with_host_line("10.9.9.9 host.docker.internal\n10.1.2.3 node", ip).as_deref(),
             Some("10.1.2.3 node\n10.1.2.1 host.docker.internal\n")
+        );
+    }
+
+    #[test]
+    fn the_engines_host_gateway_line_is_read_back_from_the_nodes_hosts_file() {
+        let hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n\
+                     192.168.65.254\thost.docker.internal\n172.18.0.3\tdemo-node\n";
+        assert_eq!(address_in_hosts(hosts), Some(Ipv4Addr::new(192, 168, 65, 254)));
+        assert_eq!(address_in_hosts("127.0.0.1 localhost\n"), None);
+        assert_eq!(
+            address_in_hosts("# 10.0.0.1 host.docker.internal\n10.0.0.2 other host.docker.internal\n"),
+            Some(Ipv4Addr::new(10, 0, 0, 2))
         );
     }
 

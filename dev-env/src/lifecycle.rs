@@ -68,6 +68,13 @@ pub enum Error {
     State(#[from] crate::state::Error),
     #[error(transparent)]
     Preflight(Box<crate::preflight::Error>),
+    #[error("{kind} at {endpoint}: {refusal}")]
+    Refused {
+        kind: docker::engine::Kind,
+        endpoint: String,
+        #[source]
+        refusal: docker::engine::Refusal,
+    },
     #[error("{}\nnothing was changed; run `cargo xtask dev up --recreate` to replace {} (the registry's data volume is kept)", list(drifts), if drifts.len() == 1 { "it" } else { "them" })]
     Drift { drifts: Vec<Drift> },
     #[error("{}", failures.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
@@ -216,8 +223,31 @@ pub enum NodeImage {
     Pulled,
 }
 
-/// The drift of every existing object against `config`.
-pub async fn drift(docker: &Docker, config: &Config) -> Result<Vec<Drift>, Error> {
+/// How the node reaches `engine` and pods reach the host there, and what
+/// the user should know of it; refused when the provider cannot run on
+/// that engine. `DEV_ENV_DOCKER_SOCK` names the engine's socket as the
+/// engine sees it, where that cannot be known from here.
+pub async fn engine_setup(
+    engine: &docker::Engine,
+    config: &Config,
+) -> Result<(plan::EngineSetup, Option<String>), Error> {
+    let facts = docker::engine::facts(&engine.docker).await?;
+    let socket = std::env::var(docker::engine::SOCKET_OVERRIDE).ok();
+    plan::EngineSetup::for_engine(config, &facts, &engine.chosen.endpoint, socket.as_deref())
+        .map_err(|refusal| Error::Refused {
+            kind: facts.kind(),
+            endpoint: engine.chosen.endpoint.to_string(),
+            refusal,
+        })
+}
+
+/// The drift of every existing object against `config`, on an engine set
+/// up as `setup` says.
+pub async fn drift(
+    docker: &Docker,
+    config: &Config,
+    setup: &plan::EngineSetup,
+) -> Result<Vec<Drift>, Error> {
     let state = State::load(&config.state_dir())?;
     let mut drifts = Vec::new();
     if plan::needs_network(config)
@@ -230,7 +260,7 @@ pub async fn drift(docker: &Docker, config: &Config) -> Result<Vec<Drift>, Error
         drifts.extend(container_drift(docker, Object::Registry, &spec.container, &spec).await?);
     }
     if config.cluster.provider != Provider::Existing {
-        let spec = plan::node_spec(config, plan::registry_port(config, &state));
+        let spec = plan::node_spec(config, plan::registry_port(config, &state), setup);
         drifts.extend(container_drift(docker, Object::Node, &spec.container, &spec).await?);
     }
     Ok(drifts)
@@ -271,7 +301,12 @@ pub async fn up(
     refuse_pruning_everything(config, &manifests, options.prune).await?;
     crate::targets::verify(config, config.components.keys(), &manifests).await?;
     let pull_secret = apply::PullSecret::of(config).map_err(apply::Error::from)?;
-    let docker = docker::connect().await?;
+    let engine = docker::connect_engine().await?;
+    let (setup, caveat) = engine_setup(&engine, config).await?;
+    let docker = engine.docker;
+    if let Some(note) = caveat {
+        reporter.report(&Event::EngineNote { note });
+    }
     // Read-only checks first: a refused run leaves not even a lock file.
     ownership::check(&docker, config).await?;
     crate::preflight::check(&docker, config).await?;
@@ -283,7 +318,7 @@ pub async fn up(
         state.platform = Some(platform.clone());
     })?;
 
-    let drifts = drift(&docker, config).await?;
+    let drifts = drift(&docker, config, &setup).await?;
     if !drifts.is_empty() && !options.recreate {
         return Err(Error::Drift { drifts });
     }
@@ -297,7 +332,7 @@ pub async fn up(
     // The node image and the component images build side by side, each in
     // its own target directory: on a first run both compile for minutes.
     let (cluster, pushed) = tokio::join!(
-        ensure_cluster(&docker, config, options, reporter),
+        ensure_cluster(&docker, config, &setup, options, reporter),
         ensure_images(config, &registry, &builds, options, reporter),
     );
     let (cluster, pushed) = (cluster?, pushed?);
@@ -440,6 +475,7 @@ struct Cluster {
 async fn ensure_cluster(
     docker: &Docker,
     config: &Config,
+    setup: &plan::EngineSetup,
     options: UpOptions,
     reporter: &dyn Reporter,
 ) -> Result<Cluster, Error> {
@@ -467,7 +503,7 @@ async fn ensure_cluster(
     }
     let dir = config.state_dir();
     let mut state = State::load(&dir)?;
-    let spec = plan::node_spec(config, plan::registry_port(config, &state));
+    let spec = plan::node_spec(config, plan::registry_port(config, &state), setup);
     let (outcome, node) =
         cluster::ensure(docker, config, &spec, &mut state, options.recreate).await?;
     State::update(&dir, |now| {
@@ -492,8 +528,8 @@ async fn ensure_cluster(
     if config.cluster.provider == Provider::K3s
         && !config.cluster.disable.iter().any(|d| d == "coredns")
     {
-        crate::host::ensure_core_dns(&client, crate::host::gateway(config), options.timeout)
-            .await?;
+        let address = crate::host::node_address(docker, &node.container, &setup.host).await?;
+        crate::host::ensure_core_dns(&client, address, options.timeout).await?;
     }
     Ok(Cluster {
         node_image: Some(node_image),

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use crate::{
     config::{Config, Provider, REGISTRY_CONTAINER_PORT},
-    docker,
+    docker::{self, engine, engine::HostAddress},
     manifest::Manifest,
     state::State,
 };
@@ -73,9 +73,13 @@ pub struct NodeSpec {
     /// Files written into the container before it starts.
     pub files: BTreeMap<String, String>,
     pub network: String,
-    /// `/etc/hosts` entries, name to address: `host.docker.internal`.
+    /// `/etc/hosts` entries, name to address (or Docker's
+    /// `host-gateway`): `host.docker.internal`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extra_hosts: BTreeMap<String, String>,
+    /// Host devices bound into the node (`/dev/mapper` on btrfs hosts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
 }
 
 /// What is mounted at a destination of the node.
@@ -126,7 +130,12 @@ pub fn registry_port(config: &Config, state: &State) -> Option<u16> {
 }
 
 impl Plan {
-    pub fn new(config: &Config, state: &State, manifests: Vec<Manifest>) -> Plan {
+    pub fn new(
+        config: &Config,
+        state: &State,
+        manifests: Vec<Manifest>,
+        setup: &EngineSetup,
+    ) -> Plan {
         let registry_port = registry_port(config, state);
         Plan {
             name: config.name.clone(),
@@ -141,7 +150,7 @@ impl Plan {
                     context: config.cluster.context.clone().unwrap_or_default(),
                 },
                 Provider::K3s | Provider::Sim => {
-                    ClusterPlan::Node(node_spec(config, registry_port))
+                    ClusterPlan::Node(node_spec(config, registry_port, setup))
                 }
             },
             manifests,
@@ -175,7 +184,56 @@ pub fn registry_spec(config: &Config) -> RegistrySpec {
     }
 }
 
-pub fn node_spec(config: &Config, registry_port: Option<u16>) -> NodeSpec {
+/// What the engine decides of the node ([`docker::engine`]): the socket a
+/// sim node mounts, the address pods reach the host at, k3s's additions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineSetup {
+    /// The engine's socket as the engine itself sees it.
+    pub socket: String,
+    pub host: HostAddress,
+    pub k3s: engine::K3sNode,
+}
+
+impl EngineSetup {
+    /// Docker Engine on this machine, at its default socket: the setup of
+    /// a plan made without asking the engine.
+    pub fn local(config: &Config) -> EngineSetup {
+        EngineSetup {
+            socket: docker::endpoint::DEFAULT_SOCKET.to_string(),
+            host: HostAddress::Gateway(crate::host::gateway(config)),
+            k3s: engine::K3sNode::default(),
+        }
+    }
+
+    /// The setup for the engine with `facts` at `endpoint`, with what the
+    /// user should know of the host's address; refused when the provider
+    /// cannot run there.
+    pub fn for_engine(
+        config: &Config,
+        facts: &engine::Facts,
+        endpoint: &docker::Endpoint,
+        socket_override: Option<&str>,
+    ) -> Result<(EngineSetup, Option<String>), engine::Refusal> {
+        if config.cluster.provider == Provider::K3s
+            && let Some(refusal) = engine::k3s_refusal(facts)
+        {
+            return Err(refusal);
+        }
+        let socket = match config.cluster.provider {
+            Provider::Sim => engine::node_socket(facts, endpoint, socket_override)?,
+            _ => docker::endpoint::DEFAULT_SOCKET.to_string(),
+        };
+        let route = engine::host_route(facts, endpoint, crate::host::gateway(config));
+        let setup = EngineSetup {
+            socket,
+            host: route.address,
+            k3s: engine::k3s_node(facts),
+        };
+        Ok((setup, route.caveat))
+    }
+}
+
+pub fn node_spec(config: &Config, registry_port: Option<u16>, setup: &EngineSetup) -> NodeSpec {
     let node = config.node_name();
     let mut command: Vec<String> = [
         "server",
@@ -222,7 +280,7 @@ pub fn node_spec(config: &Config, registry_port: Option<u16>) -> NodeSpec {
             );
             mounts.insert(
                 NODE_DOCKER_SOCKET.to_string(),
-                MountSource::Bind(host_docker_socket()),
+                MountSource::Bind(setup.socket.clone()),
             );
             env.insert(
                 "DOCKER_HOST".to_string(),
@@ -230,15 +288,18 @@ pub fn node_spec(config: &Config, registry_port: Option<u16>) -> NodeSpec {
             );
         }
     }
-    if config.cluster.provider == Provider::K3s && !config.cluster.disable.is_empty() {
+    let k3s = config.cluster.provider == Provider::K3s;
+    if k3s && !config.cluster.disable.is_empty() {
         command.push(format!("--disable={}", config.cluster.disable.join(",")));
+    }
+    if k3s {
+        command.extend(setup.k3s.args.iter().cloned());
     }
     env.extend(proxy_env(config, |key| std::env::var(key).ok()));
     let files = BTreeMap::from([(
         NODE_REGISTRIES_YAML.to_string(),
         registries_yaml(config, registry_port),
     )]);
-    let k3s = config.cluster.provider == Provider::K3s;
     NodeSpec {
         container: node,
         image: config.cluster.image.clone(),
@@ -253,8 +314,13 @@ pub fn node_spec(config: &Config, registry_port: Option<u16>) -> NodeSpec {
         network: config.network.name.clone(),
         extra_hosts: BTreeMap::from([(
             crate::host::HOST_NAME.to_string(),
-            crate::host::gateway(config).to_string(),
+            setup.host.extra_host_value(),
         )]),
+        devices: if k3s {
+            setup.k3s.devices.clone()
+        } else {
+            Vec::new()
+        },
     }
 }
 
@@ -315,15 +381,6 @@ pub fn proxy_env(
 
 /// Where the sim node finds the engine's socket.
 pub const NODE_DOCKER_SOCKET: &str = "/var/run/docker.sock";
-
-/// The engine's socket on the engine's host: `DOCKER_HOST` when it names a
-/// unix socket, else the default.
-fn host_docker_socket() -> String {
-    std::env::var("DOCKER_HOST")
-        .ok()
-        .and_then(|h| h.strip_prefix("unix://").map(str::to_string))
-        .unwrap_or_else(|| String::from("/var/run/docker.sock"))
-}
 
 /// k3s `registries.yaml`: the in-network registry name, and the host's
 /// `localhost:<port>` name for it, both mirrored to the in-network endpoint,

@@ -60,6 +60,11 @@ pub enum Event {
         /// Whether the local image is built now (else: built earlier).
         building: bool,
     },
+    /// Something the user should know of the engine: how pods reach the
+    /// host there.
+    EngineNote {
+        note: String,
+    },
     /// The published sim node image cannot be had, or was built from other
     /// sources; it is built from the sources here instead.
     NodeImageFallback {
@@ -253,6 +258,7 @@ impl fmt::Display for Event {
                 f,
                 "registry image `{wanted}` cannot be pulled ({cause}); using `{local}`, built earlier from the distribution binary"
             ),
+            Event::EngineNote { note } => write!(f, "engine   {note}"),
             Event::NodeImageFallback { image, cause } => write!(
                 f,
                 "node     image {image}: not pulled ({cause}); building it from kube-sim's sources"

@@ -27,6 +27,8 @@ const PROBE: Duration = Duration::from_secs(5);
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub name: String,
+    /// The engine that answered, and where it was found.
+    pub engine: EngineStatus,
     /// `None` when the environment needs no network.
     pub network: Option<NetworkStatus>,
     pub registry: RegistryStatus,
@@ -41,9 +43,25 @@ pub struct Status {
     pub ok: bool,
 }
 
+/// The engine `dev status` asked.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineStatus {
+    /// "Docker Engine", "Docker Desktop", "colima", ...
+    pub kind: String,
+    /// `unix:///var/run/docker.sock`, `tcp://host:2376 (TLS)`.
+    pub endpoint: String,
+    /// What chose it: `DOCKER_HOST`, a context, the default socket.
+    pub source: String,
+    /// The Docker context it came from, if one did.
+    pub context: Option<String>,
+}
+
 impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mark = |ok: bool| if ok { "ok  " } else { "DOWN" };
+        let e = &self.engine;
+        writeln!(f, "ok   engine   {} at {} ({})", e.kind, e.endpoint, e.source)?;
         if let Some(network) = &self.network {
             let host = network.host_gateway.as_deref().map_or(String::new(), |g| {
                 format!(" ({} = {g})", crate::host::HOST_NAME)
@@ -177,7 +195,19 @@ fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 
 /// Looks at everything `config` declares.
 pub async fn status(config: &Config) -> Result<Status, Error> {
-    let docker = docker::connect().await?;
+    let engine = docker::connect_engine().await?;
+    let (setup, _) = lifecycle::engine_setup(&engine, config).await?;
+    let facts = docker::engine::facts(&engine.docker).await?;
+    let engine_status = EngineStatus {
+        kind: facts.kind().to_string(),
+        endpoint: engine.chosen.endpoint.to_string(),
+        source: engine.chosen.source.to_string(),
+        context: match &engine.chosen.source {
+            docker::Source::Context { name, .. } => Some(name.clone()),
+            _ => None,
+        },
+    };
+    let docker = engine.docker;
     let state = State::load(&config.state_dir())?;
     let network = network_status(&docker, config).await?;
     let registry = registry_status(&docker, config).await?;
@@ -187,7 +217,7 @@ pub async fn status(config: &Config) -> Result<Status, Error> {
     for name in config.components.keys() {
         components.push(component_status(config, &state, name, &registry, client.as_ref()).await);
     }
-    let drift: Vec<String> = lifecycle::drift(&docker, config)
+    let drift: Vec<String> = lifecycle::drift(&docker, config, &setup)
         .await?
         .iter()
         .map(ToString::to_string)
@@ -207,6 +237,7 @@ pub async fn status(config: &Config) -> Result<Status, Error> {
         && components.iter().all(|c| c.converged);
     Ok(Status {
         name: config.name.clone(),
+        engine: engine_status,
         network,
         registry,
         node,
@@ -494,6 +525,12 @@ mod tests {
     fn status_reads_one_line_per_object_and_says_what_is_wrong() {
         let status = Status {
             name: String::from("demo"),
+            engine: EngineStatus {
+                kind: String::from("Docker Desktop"),
+                endpoint: String::from("unix:///Users/me/.docker/run/docker.sock"),
+                source: String::from("context `desktop-linux`"),
+                context: Some(String::from("desktop-linux")),
+            },
             network: Some(NetworkStatus {
                 name: String::from("demo"),
                 exists: true,
@@ -528,7 +565,8 @@ mod tests {
         };
         assert_eq!(
             status.to_string(),
-            "ok   network  demo (host.docker.internal = 10.0.0.1)\n\
+            "ok   engine   Docker Desktop at unix:///Users/me/.docker/run/docker.sock (context `desktop-linux`)\n\
+             ok   network  demo (host.docker.internal = 10.0.0.1)\n\
              ok   registry demo-registry at localhost:5001\n\
              DOWN node     demo-server-0\n\
              DOWN worker  WorkerPool demo/default  runs no Ready pods\n\

@@ -45,10 +45,23 @@ pub async fn dry_run(config: &Config, options: DryRunOptions) -> Result<DryRun, 
     let manifests = manifest::load(&config.manifests)?;
     let targets = crate::targets::verify(config, config.components.keys(), &manifests).await;
     let prune = would_prune(config, &manifests, options.prune).await;
-    let plan = Plan::new(config, &state, manifests);
-    let drift = match docker::connect().await {
-        Ok(docker) => drift(&docker, config).await,
-        Err(e) => Err(e.into()),
+    // The engine decides how the node is made; without an engine, the
+    // plan is the one for Docker Engine on this machine.
+    let engine = docker::connect_engine().await;
+    let setup = match &engine {
+        Ok(engine) => super::engine_setup(engine, config).await.map(|(setup, _)| setup),
+        Err(_) => Ok(crate::plan::EngineSetup::local(config)),
+    };
+    let plan = Plan::new(
+        config,
+        &state,
+        manifests,
+        setup.as_ref().unwrap_or(&crate::plan::EngineSetup::local(config)),
+    );
+    let drift = match (engine, setup) {
+        (Ok(engine), Ok(setup)) => drift(&engine.docker, config, &setup).await,
+        (Err(e), _) => Err(e.into()),
+        (_, Err(e)) => Err(e),
     };
     Ok(DryRun {
         plan,
@@ -156,7 +169,12 @@ mod tests {
         let dir = crate::config::tests::workspace(&[]);
         let file = dir.path().join("dev-env.yaml");
         let config = Config::parse(&file, "name: demo\ncluster: {provider: k3s}\n").unwrap();
-        Plan::new(&config, &State::default(), Vec::new())
+        Plan::new(
+            &config,
+            &State::default(),
+            Vec::new(),
+            &crate::plan::EngineSetup::local(&config),
+        )
     }
 
     #[test]

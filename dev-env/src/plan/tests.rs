@@ -6,9 +6,14 @@ fn config(text: &str) -> Config {
     Config::parse(&dir.path().join("dev-env.yaml"), text).unwrap()
 }
 
+/// The node of `config` on Docker Engine on this machine.
+fn local_node(config: &Config, registry_port: Option<u16>) -> NodeSpec {
+    node_spec(config, registry_port, &EngineSetup::local(config))
+}
+
 #[test]
 fn node_spec_has_one_source_per_destination_and_the_k3s_contract() {
-    let sim = node_spec(&config("name: shop\ncluster: {provider: sim}\n"), None);
+    let sim = local_node(&config("name: shop\ncluster: {provider: sim}\n"), None);
     assert!(!sim.privileged && sim.tmpfs.is_empty());
     assert!(sim.command.windows(2).any(|w| w == ["--kubelet", "docker"]));
     assert!(
@@ -21,7 +26,7 @@ fn node_spec_has_one_source_per_destination_and_the_k3s_contract() {
         &sim.mounts[NODE_DOCKER_SOCKET],
         MountSource::Bind(_)
     ));
-    let spec = node_spec(&config("name: shop\n"), None);
+    let spec = local_node(&config("name: shop\n"), None);
     assert!(spec.mounts.is_empty());
     assert_eq!(spec.container, "shop-server-0");
     assert_eq!(
@@ -42,7 +47,7 @@ fn node_spec_has_one_source_per_destination_and_the_k3s_contract() {
 
 #[test]
 fn k3s_nodes_get_what_a_real_daemon_needs_and_sim_nodes_do_not() {
-    let k3s = node_spec(&config("name: demo\n"), Some(5001));
+    let k3s = local_node(&config("name: demo\n"), Some(5001));
     assert!(k3s.privileged && k3s.userns_host && k3s.cgroupns_private);
     assert!(
         k3s.command
@@ -50,14 +55,14 @@ fn k3s_nodes_get_what_a_real_daemon_needs_and_sim_nodes_do_not() {
         "{:?}",
         k3s.command
     );
-    let kept = node_spec(
+    let kept = local_node(
         &config("name: demo\ncluster: {disable: [traefik]}\n"),
         Some(5001),
     );
     assert!(kept.command.contains(&String::from("--disable=traefik")));
-    let none = node_spec(&config("name: demo\ncluster: {disable: []}\n"), Some(5001));
+    let none = local_node(&config("name: demo\ncluster: {disable: []}\n"), Some(5001));
     assert!(!none.command.iter().any(|a| a.starts_with("--disable")));
-    let sim = node_spec(
+    let sim = local_node(
         &config("name: demo\ncluster: {provider: sim}\n"),
         Some(5001),
     );
@@ -138,4 +143,57 @@ fn spec_hash_changes_with_the_spec() {
     assert_eq!(spec_hash(&a), spec_hash(&a.clone()));
     assert_ne!(spec_hash(&a), spec_hash(&b));
     assert_eq!(spec_hash(&a).len(), 64);
+}
+
+#[test]
+fn the_engine_decides_the_sim_nodes_socket_the_host_address_and_k3s_additions() {
+    let sim = config("name: demo\ncluster: {provider: sim}\n");
+    let desktop = EngineSetup {
+        socket: String::from("/var/run/docker.sock"),
+        host: HostAddress::HostGateway,
+        k3s: engine::K3sNode::default(),
+    };
+    let node = node_spec(&sim, Some(5001), &desktop);
+    assert_eq!(
+        node.mounts.get(NODE_DOCKER_SOCKET),
+        Some(&MountSource::Bind(String::from("/var/run/docker.sock")))
+    );
+    assert_eq!(
+        node.extra_hosts.get(crate::host::HOST_NAME).map(String::as_str),
+        Some("host-gateway")
+    );
+    let rootless = EngineSetup {
+        socket: String::from("/run/user/1000/docker.sock"),
+        host: HostAddress::Fixed(std::net::Ipv4Addr::new(10, 0, 2, 2)),
+        k3s: engine::K3sNode {
+            args: vec![String::from("--kubelet-arg=feature-gates=KubeletInUserNamespace=true")],
+            devices: vec![String::from("/dev/mapper")],
+        },
+    };
+    let node = node_spec(&sim, Some(5001), &rootless);
+    assert_eq!(
+        node.mounts.get(NODE_DOCKER_SOCKET),
+        Some(&MountSource::Bind(String::from("/run/user/1000/docker.sock")))
+    );
+    assert!(node.devices.is_empty(), "a sim node needs no device");
+    let k3s = node_spec(&config("name: demo\n"), Some(5001), &rootless);
+    assert!(k3s.command.iter().any(|a| a.contains("KubeletInUserNamespace=true")));
+    assert_eq!(k3s.devices, ["/dev/mapper"]);
+    assert_eq!(
+        k3s.extra_hosts.get(crate::host::HOST_NAME).map(String::as_str),
+        Some("10.0.2.2")
+    );
+}
+
+#[test]
+fn a_node_on_docker_engine_here_hashes_as_before_the_engine_was_asked() {
+    // The drift label of nodes made before: no `devices` key, the gateway
+    // as the host's address. Changing it would call every node drifted.
+    let demo = config("name: demo\n");
+    let json = serde_json::to_value(local_node(&demo, Some(5001))).unwrap();
+    assert!(json.get("devices").is_none(), "{json}");
+    assert_eq!(
+        json["extraHosts"]["host.docker.internal"],
+        crate::host::gateway(&demo).to_string()
+    );
 }
