@@ -102,11 +102,7 @@ pub fn address_in_hosts(hosts: &str) -> Option<Ipv4Addr> {
 
 /// The text of `path` in a running container, by `cat` in it (k3s's image
 /// has a shell and coreutils).
-async fn read_file(
-    docker: &bollard::Docker,
-    container: &str,
-    path: &str,
-) -> Result<String, Error> {
+async fn read_file(docker: &bollard::Docker, container: &str, path: &str) -> Result<String, Error> {
     use bollard::exec::{CreateExecOptions, StartExecResults};
     use futures::StreamExt;
     let failed = |source| Error::ReadHosts {
@@ -219,10 +215,15 @@ mod tests {
     fn the_engines_host_gateway_line_is_read_back_from_the_nodes_hosts_file() {
         let hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n\
                      192.168.65.254\thost.docker.internal\n172.18.0.3\tdemo-node\n";
-        assert_eq!(address_in_hosts(hosts), Some(Ipv4Addr::new(192, 168, 65, 254)));
+        assert_eq!(
+            address_in_hosts(hosts),
+            Some(Ipv4Addr::new(192, 168, 65, 254))
+        );
         assert_eq!(address_in_hosts("127.0.0.1 localhost\n"), None);
         assert_eq!(
-            address_in_hosts("# 10.0.0.1 host.docker.internal\n10.0.0.2 other host.docker.internal\n"),
+            address_in_hosts(
+                "# 10.0.0.1 host.docker.internal\n10.0.0.2 other host.docker.internal\n"
+            ),
             Some(Ipv4Addr::new(10, 0, 0, 2))
         );
     }

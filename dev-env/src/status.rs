@@ -61,7 +61,11 @@ impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mark = |ok: bool| if ok { "ok  " } else { "DOWN" };
         let e = &self.engine;
-        writeln!(f, "ok   engine   {} at {} ({})", e.kind, e.endpoint, e.source)?;
+        writeln!(
+            f,
+            "ok   engine   {} at {} ({})",
+            e.kind, e.endpoint, e.source
+        )?;
         if let Some(network) = &self.network {
             let host = network.host_gateway.as_deref().map_or(String::new(), |g| {
                 format!(" ({} = {g})", crate::host::HOST_NAME)

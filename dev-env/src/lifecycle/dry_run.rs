@@ -49,14 +49,18 @@ pub async fn dry_run(config: &Config, options: DryRunOptions) -> Result<DryRun, 
     // plan is the one for Docker Engine on this machine.
     let engine = docker::connect_engine().await;
     let setup = match &engine {
-        Ok(engine) => super::engine_setup(engine, config).await.map(|(setup, _)| setup),
+        Ok(engine) => super::engine_setup(engine, config)
+            .await
+            .map(|(setup, _)| setup),
         Err(_) => Ok(crate::plan::EngineSetup::local(config)),
     };
     let plan = Plan::new(
         config,
         &state,
         manifests,
-        setup.as_ref().unwrap_or(&crate::plan::EngineSetup::local(config)),
+        setup
+            .as_ref()
+            .unwrap_or(&crate::plan::EngineSetup::local(config)),
     );
     let drift = match (engine, setup) {
         (Ok(engine), Ok(setup)) => drift(&engine.docker, config, &setup).await,

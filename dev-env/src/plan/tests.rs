@@ -159,28 +159,40 @@ fn the_engine_decides_the_sim_nodes_socket_the_host_address_and_k3s_additions() 
         Some(&MountSource::Bind(String::from("/var/run/docker.sock")))
     );
     assert_eq!(
-        node.extra_hosts.get(crate::host::HOST_NAME).map(String::as_str),
+        node.extra_hosts
+            .get(crate::host::HOST_NAME)
+            .map(String::as_str),
         Some("host-gateway")
     );
     let rootless = EngineSetup {
         socket: String::from("/run/user/1000/docker.sock"),
         host: HostAddress::Fixed(std::net::Ipv4Addr::new(10, 0, 2, 2)),
         k3s: engine::K3sNode {
-            args: vec![String::from("--kubelet-arg=feature-gates=KubeletInUserNamespace=true")],
+            args: vec![String::from(
+                "--kubelet-arg=feature-gates=KubeletInUserNamespace=true",
+            )],
             devices: vec![String::from("/dev/mapper")],
         },
     };
     let node = node_spec(&sim, Some(5001), &rootless);
     assert_eq!(
         node.mounts.get(NODE_DOCKER_SOCKET),
-        Some(&MountSource::Bind(String::from("/run/user/1000/docker.sock")))
+        Some(&MountSource::Bind(String::from(
+            "/run/user/1000/docker.sock"
+        )))
     );
     assert!(node.devices.is_empty(), "a sim node needs no device");
     let k3s = node_spec(&config("name: demo\n"), Some(5001), &rootless);
-    assert!(k3s.command.iter().any(|a| a.contains("KubeletInUserNamespace=true")));
+    assert!(
+        k3s.command
+            .iter()
+            .any(|a| a.contains("KubeletInUserNamespace=true"))
+    );
     assert_eq!(k3s.devices, ["/dev/mapper"]);
     assert_eq!(
-        k3s.extra_hosts.get(crate::host::HOST_NAME).map(String::as_str),
+        k3s.extra_hosts
+            .get(crate::host::HOST_NAME)
+            .map(String::as_str),
         Some("10.0.2.2")
     );
 }
