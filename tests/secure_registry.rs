@@ -27,6 +27,23 @@ impl SecureRegistry {
         std::fs::write(files.join("ca.pem"), ca).unwrap();
         std::fs::write(files.join("cert.pem"), cert).unwrap();
         std::fs::write(files.join("key.pem"), key).unwrap();
+        SecureRegistry::serve(dir)
+    }
+
+    /// A registry whose certificate is made as Docker's registry docs make
+    /// it, `openssl req -x509` with `subjectAltName = <san>` (OpenSSL 3
+    /// marks it `CA:TRUE`); [`SecureRegistry::ca`] is that certificate.
+    pub fn start_openssl(san: &str) -> SecureRegistry {
+        let dir = tempfile::tempdir().unwrap();
+        openssl_certificate(dir.path(), san);
+        std::fs::copy(dir.path().join("cert.pem"), dir.path().join("ca.pem")).unwrap();
+        SecureRegistry::serve(dir)
+    }
+
+    /// Serves `cert.pem` and `key.pem` of `dir`, with an htpasswd file
+    /// there for [`USER`].
+    fn serve(dir: tempfile::TempDir) -> SecureRegistry {
+        let files = dir.path();
         let hash = bcrypt::hash(PASSWORD, 5).unwrap();
         std::fs::write(files.join("htpasswd"), format!("{USER}:{hash}\n")).unwrap();
         let settings = RegistrySettings {
@@ -51,6 +68,24 @@ impl SecureRegistry {
     pub fn ca(&self) -> PathBuf {
         self.dir.path().join("ca.pem")
     }
+}
+
+/// `cert.pem` and `key.pem` in `dir`, by the recipe of Docker's registry
+/// docs ("Run an externally-accessible registry"): a self-signed RSA 4096
+/// certificate for a year, the names in `san`
+/// (`DNS:localhost,IP:127.0.0.1`).
+pub fn openssl_certificate(dir: &std::path::Path, san: &str) {
+    let sh = xshell::Shell::new().unwrap();
+    let (key, cert) = (dir.join("key.pem"), dir.join("cert.pem"));
+    let extension = format!("subjectAltName = {san}");
+    xshell::cmd!(
+        sh,
+        "openssl req -newkey rsa:4096 -nodes -sha256 -keyout {key} -addext {extension} -x509 -days 365 -out {cert} -subj /CN=dev-env-test"
+    )
+    .quiet()
+    .ignore_stderr()
+    .run()
+    .expect("openssl makes the certificate (is the openssl CLI installed?)");
 }
 
 /// A CA, and a certificate it signed for 127.0.0.1 and localhost, as PEM:

@@ -13,6 +13,7 @@ use dev_env_tests::{
     DockerCleanup, Project, free_port, require_docker,
     secure_registry::{
         CredentialHelper, PASSWORD, SecureRegistry, USER, auths, certificates, docker_config,
+        openssl_certificate,
     },
 };
 
@@ -113,7 +114,7 @@ async fn pushes_to_a_tls_registry_with_credentials_docker_login_stored() {
 }
 
 #[tokio::test]
-async fn a_certificate_of_another_ca_says_to_set_ca_file() {
+async fn a_certificate_of_another_ca_says_ca_file_holds_no_ca_that_signed_it() {
     let registry = SecureRegistry::start();
     let dir = tempfile::tempdir().unwrap();
     let other_ca = dir.path().join("other-ca.pem");
@@ -125,7 +126,71 @@ async fn a_certificate_of_another_ca_says_to_set_ca_file() {
     let client = distribution::Client::with_credential(&registry.host(), options, None).unwrap();
     let err = dev_env::error_chain(&client.ping().await.unwrap_err());
     assert!(err.contains(&registry.host()), "{err}");
-    assert!(err.contains("registry.caFile"), "{err}");
+    let named = format!(
+        "not signed by a CA in `registry.caFile` ({})",
+        other_ca.display()
+    );
+    assert!(err.contains(&named), "{err}");
+}
+
+/// Docker's registry docs make a registry's certificate with `openssl req
+/// -x509`, which OpenSSL 3 marks `CA:TRUE`, a certificate webpki refuses as
+/// a server's own. Given as `registry.caFile`, it is trusted as the
+/// registry's own, as docker, curl and containerd trust it.
+#[tokio::test]
+async fn pushes_to_a_registry_whose_certificate_is_made_by_dockers_openssl_recipe() {
+    let registry = SecureRegistry::start_openssl("DNS:localhost,IP:127.0.0.1");
+    let sh = xshell::Shell::new().unwrap();
+    let ca = registry.ca();
+    let text = xshell::cmd!(sh, "openssl x509 -in {ca} -noout -text")
+        .read()
+        .unwrap();
+    assert!(text.contains("CA:TRUE"), "a CA certificate: {text}");
+    let project = project(&registry);
+    let login = docker_config(auths(&registry.host(), USER, PASSWORD));
+    let pushed = push(&project, login.path(), "hello").await.unwrap();
+    assert!(pushed.uploaded_bytes > 100_000, "{pushed:?}");
+    let credential = credentials::lookup_in(&login.path().join("config.json"), &registry.host());
+    let options = distribution::Options {
+        ca_file: Some(&ca),
+        insecure: false,
+    };
+    let client =
+        distribution::Client::with_credential(&registry.host(), options, credential.unwrap())
+            .unwrap();
+    let repo = format!("{}/hello", project.name);
+    assert!(client.manifest_exists(&repo, &pushed.digest).await.unwrap());
+}
+
+/// What is not the certificate of `registry.caFile`, or not for the name
+/// the registry is reached by, is still refused, in words of its cause.
+#[tokio::test]
+async fn a_self_signed_certificate_for_another_name_or_not_in_ca_file_is_refused_by_its_cause() {
+    let ping = |host: String, ca_file: std::path::PathBuf| async move {
+        let options = distribution::Options {
+            ca_file: Some(&ca_file),
+            insecure: false,
+        };
+        let client = distribution::Client::with_credential(&host, options, None).unwrap();
+        dev_env::error_chain(&client.ping().await.unwrap_err())
+    };
+    let elsewhere = SecureRegistry::start_openssl("DNS:registry.test");
+    let err = ping(elsewhere.host(), elsewhere.ca()).await;
+    assert!(
+        err.contains("not valid for the name 127.0.0.1 (it is valid for registry.test)"),
+        "{err}"
+    );
+    assert!(!err.contains("set `registry.caFile`"), "it is set: {err}");
+
+    let here = SecureRegistry::start_openssl("DNS:localhost,IP:127.0.0.1");
+    let dir = tempfile::tempdir().unwrap();
+    openssl_certificate(dir.path(), "DNS:localhost,IP:127.0.0.1");
+    let err = ping(here.host(), dir.path().join("cert.pem")).await;
+    assert!(err.contains(&here.host()), "{err}");
+    assert!(
+        err.contains("it is a CA certificate") && err.contains("does not"),
+        "another certificate of the same names: {err}"
+    );
 }
 
 /// kube and the registry client both speak TLS through rustls with ring,

@@ -1,7 +1,7 @@
-//! The OCI distribution API through `oci-client`: TLS with the system's
-//! roots plus an optional CA file, Basic and Bearer-token auth (the
-//! `WWW-Authenticate` challenge), chunked uploads with a monolithic
-//! fallback, cross-repository mounts.
+//! The OCI distribution API, spoken by dev-env itself ([`wire`]): TLS
+//! with the system's roots plus an optional CA file ([`trust`]), Basic and
+//! Bearer-token auth (the `WWW-Authenticate` challenge), monolithic
+//! uploads, cross-repository mounts.
 //!
 //! Plain HTTP is spoken only to a loopback registry without a CA file
 //! (`localhost`, `127.0.0.0/8`, `::1`: the registry `dev up` runs) or when
@@ -9,21 +9,22 @@
 //! stored ([`credentials`](super::credentials)). Every request runs under a
 //! deadline, and a refusal names the registry and how to log in.
 
+mod trust;
+mod wire;
+
 use std::{
     net::IpAddr,
     path::{Path, PathBuf},
+    sync::Arc,
     time::Duration,
 };
 
 use bytes::Bytes;
-use oci_client::{
-    Reference,
-    client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol},
-    errors::{OciDistributionError, OciErrorCode},
-    secrets::RegistryAuth,
-};
+use http::{Method, StatusCode, header};
+use rustls::pki_types::{CertificateDer, pem::PemObject as _};
 
 use super::credentials::{self, Credential};
+use wire::{Request, Response, Wire};
 
 /// The media type of an OCI image manifest.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -48,15 +49,15 @@ pub enum Error {
     Unreachable {
         url: String,
         #[source]
-        source: OciDistributionError,
+        source: wire::Error,
     },
-    #[error(
-        "the registry at {host} presented a certificate this machine does not trust; set `registry.caFile` to the CA certificate that signed it"
-    )]
+    #[error("the registry at {host} presented a certificate this machine does not trust: {reason}")]
     Untrusted {
         host: String,
+        /// What is wrong with it, and what to do.
+        reason: String,
         #[source]
-        source: OciDistributionError,
+        source: wire::Error,
     },
     #[error("the registry at {url} did not answer within {}s; check that it is healthy", after.as_secs())]
     Timeout { url: String, after: Duration },
@@ -74,7 +75,23 @@ pub enum Error {
         host: String,
         what: String,
         #[source]
-        source: OciDistributionError,
+        source: wire::Error,
+    },
+    #[error("the registry at {host} answered `{what}` with {status}{said}")]
+    Answered {
+        host: String,
+        what: String,
+        status: StatusCode,
+        /// `: <the registry's error messages>`, or nothing.
+        said: String,
+    },
+    #[error(
+        "the registry at {host} answered `{what}` with bytes whose digest is {served}; it does not hold what was asked for"
+    )]
+    Digest {
+        host: String,
+        what: String,
+        served: String,
     },
     #[error("cannot read `registry.caFile` {}; point it at a PEM certificate", path.display())]
     CaFile {
@@ -82,18 +99,25 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("`registry.caFile` {} holds no PEM certificate; point it at one", path.display())]
+    CaFileEmpty { path: PathBuf },
+    #[error("cannot make a TLS client for the registry {host}")]
+    Tls {
+        host: String,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("cannot make a client for the registry {host}")]
+    Client {
+        host: String,
+        #[source]
+        source: wire::Error,
+    },
     #[error("cannot find the credentials for the registry {host}")]
     Credentials {
         host: String,
         #[source]
         source: credentials::Error,
-    },
-    #[error("`{host}/{repo}` is not a valid image reference")]
-    Reference {
-        host: String,
-        repo: String,
-        #[source]
-        source: oci_client::ParseError,
     },
 }
 
@@ -111,8 +135,8 @@ pub struct Options<'a> {
 pub struct Manifest {
     /// The exact bytes served; their sha256 is the manifest's digest.
     pub bytes: Bytes,
-    /// The `Docker-Content-Digest` header, as checked against the bytes
-    /// by the client (the bytes' digest when a registry sends none).
+    /// The `Docker-Content-Digest` header as the registry sent it (the
+    /// bytes' digest when it sends none).
     pub digest_header: Option<String>,
     /// The manifest's `mediaType`.
     pub media_type: Option<String>,
@@ -126,11 +150,12 @@ pub struct Client {
     /// the registry is published, when there is no certificate to match.
     dial: String,
     scheme: &'static str,
-    auth: Option<RegistryAuth>,
     credential: Option<Credential>,
     /// Which credentials are used, for messages.
     credentials: String,
-    oci: oci_client::Client,
+    /// `registry.caFile`, for messages.
+    ca_file: Option<PathBuf>,
+    wire: Arc<Wire>,
 }
 
 impl std::fmt::Debug for Client {
@@ -147,21 +172,14 @@ impl Client {
     /// An anonymous plain-HTTP client for a loopback registry at `host`
     /// (`localhost:5001`), such as the one `dev up` runs.
     pub fn new(host: &str) -> Client {
-        crate::install_crypto_provider();
-        let dial = loopback_dial(host);
-        let config = ClientConfig {
-            protocol: ClientProtocol::Http,
-            ..client_config()
+        let options = Options {
+            insecure: true,
+            ..Options::default()
         };
-        Client {
-            host: host.to_string(),
-            dial,
-            scheme: "http",
-            auth: None,
-            credential: None,
-            credentials: String::from("anonymous access"),
-            oci: oci_client::Client::new(config),
-        }
+        let made = Client::with_credential(host, options, None);
+        // Without a CA file and with no TLS to speak, nothing is read that
+        // could fail; a client that cannot be made is a broken build.
+        made.unwrap_or_else(|e| panic!("a plain-HTTP registry client: {}", crate::error_chain(&e)))
     }
 
     /// A client for the registry at `host` with the credentials `docker
@@ -181,48 +199,42 @@ impl Client {
         options: Options<'_>,
         credential: Option<Credential>,
     ) -> Result<Client, Error> {
-        crate::install_crypto_provider();
         let plain = options.insecure || (options.ca_file.is_none() && is_loopback(host));
-        let mut config = client_config();
-        config.protocol = if plain {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
+        let trusted = match options.ca_file {
+            Some(path) => read_ca_file(path)?,
+            None => Vec::new(),
         };
-        if let Some(path) = options.ca_file {
-            let data = std::fs::read(path).map_err(|source| Error::CaFile {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            config.extra_root_certificates.push(Certificate {
-                encoding: CertificateEncoding::Pem,
-                data,
-            });
-        }
-        let (auth, described) = match &credential {
-            Some(c) => (
-                Some(registry_auth(c)),
-                format!("the credentials from {}", c.source),
-            ),
-            None => (None, no_credentials(host)),
-        };
-        let oci = oci_client::Client::try_from(config).map_err(|source| Error::Registry {
+        let tls = trust::client_config(trusted).map_err(|source| Error::Tls {
             host: host.to_string(),
-            what: String::from("a client for it"),
             source,
         })?;
+        let (scheme, dial) = if plain {
+            ("http", loopback_dial(host))
+        } else {
+            ("https", host.to_string())
+        };
+        let wire = Wire::new(
+            format!("{scheme}://{dial}"),
+            tls,
+            credential.as_ref(),
+            (CONNECT, SMALL_REQUEST),
+        )
+        .map_err(|source| Error::Client {
+            host: host.to_string(),
+            source,
+        })?;
+        let described = match &credential {
+            Some(c) => format!("the credentials from {}", c.source),
+            None => no_credentials(host),
+        };
         Ok(Client {
             host: host.to_string(),
-            dial: if plain {
-                loopback_dial(host)
-            } else {
-                host.to_string()
-            },
-            scheme: if plain { "http" } else { "https" },
-            auth,
+            dial,
+            scheme,
             credential,
             credentials: described,
-            oci,
+            ca_file: options.ca_file.map(Path::to_path_buf),
+            wire: Arc::new(wire),
         })
     }
 
@@ -240,31 +252,31 @@ impl Client {
     /// one has; any answer counts, a refusal included): whether a push can
     /// start.
     pub async fn ping(&self) -> Result<(), Error> {
-        let reference = self.reference("dev-env/ping", None)?;
         let nothing = format!("sha256:{}", "0".repeat(64));
-        self.authorise(&reference).await;
-        let asked = self.oci.blob_exists(&reference, &nothing);
-        match tokio::time::timeout(SMALL_REQUEST, asked).await {
-            Err(_) => Err(self.timeout(SMALL_REQUEST)),
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => match self.error("HEAD /v2/dev-env/ping/blobs/…", e) {
-                e @ (Error::Unreachable { .. } | Error::Untrusted { .. }) => Err(e),
-                _ => Ok(()),
-            },
+        let request = request(Method::HEAD, format!("/v2/dev-env/ping/blobs/{nothing}"));
+        let what = "HEAD /v2/dev-env/ping/blobs/…";
+        match self
+            .exchange(what, SMALL_REQUEST, &request.pull("dev-env/ping"))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(
+                e @ (Error::Unreachable { .. } | Error::Untrusted { .. } | Error::Timeout { .. }),
+            ) => Err(e),
+            Err(_) => Ok(()),
         }
     }
 
     /// `HEAD` a blob: whether repository `repo` already has `digest`.
     pub async fn blob_exists(&self, repo: &str, digest: &str) -> Result<bool, Error> {
-        let reference = self.reference(repo, None)?;
         let what = format!("HEAD /v2/{repo}/blobs/{digest}");
-        self.authorise(&reference).await;
-        self.call(
-            &what,
-            SMALL_REQUEST,
-            self.oci.blob_exists(&reference, digest),
-        )
-        .await
+        let request = request(Method::HEAD, format!("/v2/{repo}/blobs/{digest}")).pull(repo);
+        let response = self.exchange(&what, SMALL_REQUEST, &request).await?;
+        match response.status {
+            StatusCode::OK => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            _ => Err(self.answered(&what, &response)),
+        }
     }
 
     /// `HEAD` a manifest by digest: whether repository `repo` still serves
@@ -273,47 +285,57 @@ impl Client {
         Ok(self.get_manifest(repo, digest).await?.is_some())
     }
 
-    /// Uploads `bytes` as blob `digest` of `repo`: in chunks, or in one
-    /// request when the registry does not take chunks.
+    /// Uploads `bytes` as blob `digest` of `repo` in one request (`POST`,
+    /// then one `PUT` with the bytes): one round trip fewer per blob than a
+    /// chunked upload's `PATCH`, and the way every registry must accept.
     pub async fn upload_blob(&self, repo: &str, digest: &str, bytes: Bytes) -> Result<(), Error> {
-        let reference = self.reference(repo, None)?;
         let what = format!("upload of blob {digest} to {repo}");
-        self.authorise(&reference).await;
-        self.call(
-            &what,
-            BLOB_UPLOAD,
-            self.oci.push_blob(&reference, bytes, digest),
-        )
-        .await
-        .map(drop)
+        let upload = async {
+            let start = request(Method::POST, format!("/v2/{repo}/blobs/uploads/")).push(repo);
+            let started = self.exchange(&what, BLOB_UPLOAD, &start).await?;
+            let location = match (started.status, started.header(header::LOCATION)) {
+                (StatusCode::ACCEPTED, Some(location)) => location.to_string(),
+                _ => return Err(self.answered(&what, &started)),
+            };
+            let separator = if location.contains('?') { '&' } else { '?' };
+            let mut put =
+                request(Method::PUT, format!("{location}{separator}digest={digest}")).push(repo);
+            put.headers
+                .push(wire::content_type("application/octet-stream"));
+            put.body = Some(bytes);
+            let done = self.exchange(&what, BLOB_UPLOAD, &put).await?;
+            match done.status {
+                StatusCode::CREATED => Ok(()),
+                _ => Err(self.answered(&what, &done)),
+            }
+        };
+        match tokio::time::timeout(BLOB_UPLOAD, upload).await {
+            Err(_) => Err(self.timeout(BLOB_UPLOAD)),
+            Ok(done) => done,
+        }
     }
 
     /// Mounts blob `digest` from repository `from` into `repo` without
     /// uploading it; `false` when the registry does not offer the mount.
     pub async fn mount_blob(&self, repo: &str, from: &str, digest: &str) -> Result<bool, Error> {
-        let (reference, source) = (self.reference(repo, None)?, self.reference(from, None)?);
         let what = format!("mount of blob {digest} from {from} into {repo}");
-        self.authorise(&reference).await;
-        match self
-            .call(
-                &what,
-                SMALL_REQUEST,
-                self.oci.mount_blob(&reference, &source, digest),
-            )
-            .await
-        {
-            Ok(()) => Ok(true),
-            // 202: the registry opened an upload instead of mounting.
-            Err(Error::Registry {
-                source: OciDistributionError::SpecViolationError(_),
-                ..
-            }) => Ok(false),
-            Err(e) => Err(e),
+        let mut mount = request(
+            Method::POST,
+            format!("/v2/{repo}/blobs/uploads/?mount={digest}&from={from}"),
+        )
+        .push(repo);
+        mount.scope = format!("{} repository:{from}:pull", mount.scope);
+        let response = self.exchange(&what, SMALL_REQUEST, &mount).await?;
+        match response.status {
+            StatusCode::CREATED => Ok(true),
+            // The registry opened an upload instead of mounting.
+            StatusCode::ACCEPTED => Ok(false),
+            _ => Err(self.answered(&what, &response)),
         }
     }
 
     /// `PUT` a manifest under `reference` (a tag); returns the digest the
-    /// registry's `Location` states for it.
+    /// registry states for it (its `Location`, or `Docker-Content-Digest`).
     pub async fn put_manifest(
         &self,
         repo: &str,
@@ -321,94 +343,77 @@ impl Client {
         media_type: &str,
         bytes: Bytes,
     ) -> Result<Option<String>, Error> {
-        let target = self.reference(repo, Some(reference))?;
         let what = format!("PUT /v2/{repo}/manifests/{reference}");
-        let content_type = http::HeaderValue::from_str(media_type)
-            .unwrap_or(http::HeaderValue::from_static(OCI_MANIFEST));
-        self.authorise(&target).await;
-        let location = self
-            .call(
-                &what,
-                SMALL_REQUEST,
-                self.oci.push_manifest_raw(&target, bytes, content_type),
-            )
-            .await?;
-        Ok(location
-            .rsplit('/')
-            .next()
-            .filter(|last| last.starts_with("sha256:"))
-            .map(str::to_string))
+        let mut put = request(Method::PUT, format!("/v2/{repo}/manifests/{reference}")).push(repo);
+        put.headers.push(wire::content_type(media_type));
+        put.body = Some(bytes);
+        let response = self.exchange(&what, SMALL_REQUEST, &put).await?;
+        if response.status != StatusCode::CREATED {
+            return Err(self.answered(&what, &response));
+        }
+        let from_location = response
+            .header(header::LOCATION)
+            .and_then(|l| l.rsplit('/').next())
+            .filter(|last| last.starts_with("sha256:"));
+        let stated = from_location.or_else(|| response.header(DIGEST_HEADER));
+        Ok(stated.map(str::to_string))
     }
 
     /// `GET` the manifest at `reference` (a tag or a digest); `None` when
-    /// the registry does not have it. The client checks the registry's
-    /// `Docker-Content-Digest` against the bytes, and a digest reference
-    /// against both.
+    /// the registry does not have it. A digest reference must be the
+    /// digest of the bytes served.
     pub async fn get_manifest(
         &self,
         repo: &str,
         reference: &str,
     ) -> Result<Option<Manifest>, Error> {
-        let target = self.reference(repo, Some(reference))?;
         let what = format!("GET /v2/{repo}/manifests/{reference}");
-        self.authorise(&target).await;
-        let pulled = self.oci.pull_manifest_raw(
-            &target,
-            self.auth.as_ref().unwrap_or(&RegistryAuth::Anonymous),
-            &[OCI_MANIFEST, DOCKER_MANIFEST],
-        );
-        let pulled = tokio::time::timeout(SMALL_REQUEST, pulled).await;
-        let (bytes, digest) = match pulled {
-            Err(_) => return Err(self.timeout(SMALL_REQUEST)),
-            Ok(Err(e)) if is_not_found(&e) => return Ok(None),
-            Ok(Err(e)) => return Err(self.error(&what, e)),
-            Ok(Ok(pulled)) => pulled,
-        };
-        let media_type = serde_json::from_slice::<serde_json::Value>(&bytes)
+        let mut get = request(Method::GET, format!("/v2/{repo}/manifests/{reference}")).pull(repo);
+        get.headers
+            .push((header::ACCEPT, [OCI_MANIFEST, DOCKER_MANIFEST].join(", ")));
+        let response = self.exchange(&what, SMALL_REQUEST, &get).await?;
+        match response.status {
+            StatusCode::OK => {}
+            StatusCode::NOT_FOUND => return Ok(None),
+            _ => return Err(self.answered(&what, &response)),
+        }
+        let served = super::oci::sha256_digest(&response.body);
+        if reference.starts_with("sha256:") && served != reference {
+            return Err(Error::Digest {
+                host: self.host.clone(),
+                what,
+                served,
+            });
+        }
+        let header = response
+            .header(DIGEST_HEADER)
+            .map_or(served, str::to_string);
+        let media_type = serde_json::from_slice::<serde_json::Value>(&response.body)
             .ok()
             .and_then(|v| Some(v.get("mediaType")?.as_str()?.to_string()));
         Ok(Some(Manifest {
-            bytes,
-            digest_header: Some(digest),
+            bytes: response.body,
+            digest_header: Some(header),
             media_type,
         }))
     }
 
-    /// `<host>/<repo>[:tag|@digest]` as the client addresses it.
-    fn reference(&self, repo: &str, at: Option<&str>) -> Result<Reference, Error> {
-        let text = match at {
-            Some(d) if d.contains(':') => format!("{}/{repo}@{d}", self.dial),
-            Some(tag) => format!("{}/{repo}:{tag}", self.dial),
-            None => format!("{}/{repo}", self.dial),
-        };
-        text.parse().map_err(|source| Error::Reference {
-            host: self.host.clone(),
-            repo: repo.to_string(),
-            source,
-        })
-    }
-
-    /// Hands the credentials to the client for this registry; it asks for a
-    /// token when the registry challenges for one, once per repository.
-    async fn authorise(&self, reference: &Reference) {
-        if let Some(auth) = &self.auth {
-            self.oci
-                .store_auth_if_needed(reference.resolve_registry(), auth)
-                .await;
-        }
-    }
-
-    /// Runs `call` under `deadline`, its error turned into one that says
-    /// what to do.
-    async fn call<T>(
+    /// Sends `request` under `deadline`; a transport failure, and a refusal
+    /// of the credentials, turned into an error that says what to do.
+    async fn exchange(
         &self,
         what: &str,
         deadline: Duration,
-        call: impl Future<Output = Result<T, OciDistributionError>>,
-    ) -> Result<T, Error> {
-        match tokio::time::timeout(deadline, call).await {
-            Err(_) => Err(self.timeout(deadline)),
-            Ok(result) => result.map_err(|e| self.error(what, e)),
+        request: &Request,
+    ) -> Result<Response, Error> {
+        let response = match tokio::time::timeout(deadline, self.wire.send(request)).await {
+            Err(_) => return Err(self.timeout(deadline)),
+            Ok(Err(e)) => return Err(self.error(what, e)),
+            Ok(Ok(response)) => response,
+        };
+        match response.status {
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(self.refused(what)),
+            _ => Ok(response),
         }
     }
 
@@ -423,103 +428,131 @@ impl Client {
         format!("{}://{}", self.scheme, self.dial)
     }
 
-    fn error(&self, what: &str, source: OciDistributionError) -> Error {
-        match classify(&source) {
-            Kind::Refused => Error::Unauthorized {
-                host: self.host.clone(),
-                what: what.to_string(),
-                credentials: self.credentials.clone(),
-            },
-            Kind::Untrusted => Error::Untrusted {
-                host: self.host.clone(),
-                source,
-            },
-            Kind::Unreachable => Error::Unreachable {
-                url: self.url(),
-                source,
-            },
-            Kind::Other => Error::Registry {
-                host: self.host.clone(),
-                what: what.to_string(),
-                source,
-            },
+    fn refused(&self, what: &str) -> Error {
+        Error::Unauthorized {
+            host: self.host.clone(),
+            what: what.to_string(),
+            credentials: self.credentials.clone(),
         }
     }
-}
 
-/// What a failure of the client means to the user.
-enum Kind {
-    Refused,
-    Untrusted,
-    Unreachable,
-    Other,
-}
-
-fn classify(e: &OciDistributionError) -> Kind {
-    let refused = |code: u16| code == 401 || code == 403;
-    match e {
-        OciDistributionError::UnauthorizedError { .. }
-        | OciDistributionError::AuthenticationFailure(_) => Kind::Refused,
-        OciDistributionError::ServerError { code, .. } if refused(*code) => Kind::Refused,
-        OciDistributionError::RegistryError { envelope, .. }
-            if envelope
-                .errors
-                .iter()
-                .any(|e| matches!(e.code, OciErrorCode::Unauthorized | OciErrorCode::Denied)) =>
-        {
-            Kind::Refused
-        }
-        OciDistributionError::RequestError(r) => {
-            if r.status().is_some_and(|s| refused(s.as_u16())) {
-                return Kind::Refused;
-            }
-            let chain = crate::error_chain(r);
-            if chain.contains("certificate") || chain.contains("UnknownIssuer") {
-                Kind::Untrusted
-            } else if r.is_connect() || r.is_timeout() || r.is_request() {
-                Kind::Unreachable
+    /// An answer the operation did not expect, with the registry's own
+    /// error messages.
+    fn answered(&self, what: &str, response: &Response) -> Error {
+        let said = registry_errors(&response.body);
+        Error::Answered {
+            host: self.host.clone(),
+            what: what.to_string(),
+            status: response.status,
+            said: if said.is_empty() {
+                String::new()
             } else {
-                Kind::Other
-            }
+                format!(": {said}")
+            },
         }
-        _ => Kind::Other,
+    }
+
+    fn error(&self, what: &str, source: wire::Error) -> Error {
+        match &source {
+            wire::Error::TokenRefused { status, .. }
+                if *status == StatusCode::UNAUTHORIZED || *status == StatusCode::FORBIDDEN =>
+            {
+                self.refused(what)
+            }
+            wire::Error::Send(e) => match trust::tls_error(e) {
+                Some(tls) => Error::Untrusted {
+                    host: self.host.clone(),
+                    reason: trust::refusal(tls, &self.host, self.ca_file.as_deref()),
+                    source,
+                },
+                None if e.is_connect() || e.is_timeout() || e.is_request() => Error::Unreachable {
+                    url: self.url(),
+                    source,
+                },
+                None => self.other(what, source),
+            },
+            _ => self.other(what, source),
+        }
+    }
+
+    fn other(&self, what: &str, source: wire::Error) -> Error {
+        Error::Registry {
+            host: self.host.clone(),
+            what: what.to_string(),
+            source,
+        }
     }
 }
 
-/// Whether the registry said it has no such manifest or repository.
-fn is_not_found(e: &OciDistributionError) -> bool {
-    match e {
-        OciDistributionError::ServerError { code, .. } => *code == 404,
-        OciDistributionError::ImageManifestNotFoundError(_) => true,
-        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().all(|e| {
-            matches!(
-                e.code,
-                OciErrorCode::ManifestUnknown
-                    | OciErrorCode::NameUnknown
-                    | OciErrorCode::BlobUnknown
-            )
-        }),
-        OciDistributionError::RequestError(r) => r.status().is_some_and(|s| s.as_u16() == 404),
-        _ => false,
+/// A request with no header, body or scope yet.
+fn request(method: Method, target: String) -> Request {
+    Request {
+        method,
+        target,
+        scope: String::new(),
+        headers: Vec::new(),
+        body: None,
     }
 }
 
-/// Blobs go up monolithically (`POST`, then one `PUT` with the bytes):
-/// one round trip fewer per blob than a chunked upload's `PATCH`, and the
-/// way every registry must accept.
-fn client_config() -> ClientConfig {
-    ClientConfig {
-        connect_timeout: Some(CONNECT),
-        read_timeout: Some(SMALL_REQUEST),
-        use_monolithic_push: true,
-        ..ClientConfig::default()
+impl Request {
+    /// The request, with the access to read `repo`.
+    fn pull(self, repo: &str) -> Request {
+        Request {
+            scope: format!("repository:{repo}:pull"),
+            ..self
+        }
+    }
+
+    /// The request, with the access to write to `repo`.
+    fn push(self, repo: &str) -> Request {
+        Request {
+            scope: format!("repository:{repo}:pull,push"),
+            ..self
+        }
     }
 }
 
-fn registry_auth(credential: &Credential) -> RegistryAuth {
-    // An identity token stands in for the password of the token exchange,
-    // as registries that issue them accept.
-    RegistryAuth::Basic(credential.username.clone(), credential.secret.clone())
+/// The `code: message` of each error in a registry's error body.
+fn registry_errors(body: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        errors: Vec<Entry>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Entry {
+        code: Option<String>,
+        message: Option<String>,
+    }
+    let Ok(body) = serde_json::from_slice::<Body>(body) else {
+        return String::new();
+    };
+    let said: Vec<String> = body
+        .errors
+        .into_iter()
+        .map(|e| match (e.code, e.message) {
+            (Some(code), Some(message)) => format!("{code}: {message}"),
+            (code, message) => code.or(message).unwrap_or_default(),
+        })
+        .collect();
+    said.join("; ")
+}
+
+/// The certificates of `registry.caFile`.
+fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, Error> {
+    let pem = std::fs::read(path).map_err(|source| Error::CaFile {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+        .filter_map(Result::ok)
+        .collect();
+    if certs.is_empty() {
+        return Err(Error::CaFileEmpty {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(certs)
 }
 
 fn no_credentials(host: &str) -> String {
