@@ -22,6 +22,7 @@
 mod auth;
 mod config;
 mod transport;
+mod verify;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -22,6 +22,7 @@ mod rbac;
 mod rollout;
 mod scale;
 mod scheduling;
+mod self_signed_registry;
 mod semantics;
 mod startup;
 mod streams;

@@ -417,15 +417,28 @@ fn client_config(tls: &ServingCert) -> Arc<rustls::ClientConfig> {
             .map(|c| c.expect("a certificate"))
             .collect()
     };
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in certs(&tls.ca) {
-        roots.add(cert).expect("the CA is usable");
-    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_root_certificates(roots);
+        .expect("TLS versions");
+    let (ca, serving) = (certs(&tls.ca), certs(&tls.cert));
+    // A self-signed serving certificate that is its own CA (`openssl req -x509`, `CA:TRUE`), which
+    // webpki refuses as a server's: the test's own requests accept exactly that certificate.
+    let builder = if ca == serving {
+        let pinned = Pinned {
+            cert: serving.into_iter().next().expect("a serving certificate"),
+            provider,
+        };
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(pinned))
+    } else {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in ca {
+            roots.add(cert).expect("the CA is usable");
+        }
+        builder.with_root_certificates(roots)
+    };
     let config = match &tls.client {
         Some((cert, key)) => builder
             .with_client_auth_cert(
@@ -436,6 +449,56 @@ fn client_config(tls: &ServingCert) -> Arc<rustls::ClientConfig> {
         None => builder.with_no_client_auth(),
     };
     Arc::new(config)
+}
+
+/// Accepts the one certificate the test's registry serves; the handshake's signatures are checked.
+#[derive(Debug)]
+struct Pinned {
+    cert: rustls::pki_types::CertificateDer<'static>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        if end_entity.as_ref() == self.cert.as_ref() {
+            Ok(rustls::client::danger::ServerCertVerified::assertion())
+        } else {
+            Err(rustls::CertificateError::UnknownIssuer.into())
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls12_signature(message, cert, dss, algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        let algorithms = &self.provider.signature_verification_algorithms;
+        rustls::crypto::verify_tls13_signature(message, cert, dss, algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }
 
 /// The media type of an OCI image manifest.

@@ -115,7 +115,7 @@ pub(crate) async fn secure_registry(pki: &Pki) -> Registry {
 }
 
 /// A simulator whose kubelet reads `registries.yaml` from this text, as an in-process caller builds it.
-async fn sim_with(registries_yaml: &str) -> Sim {
+pub(crate) async fn sim_with(registries_yaml: &str) -> Sim {
     let mut config = Config::ephemeral();
     config.kubelet.registries =
         Registries::from_yaml(registries_yaml).expect("the registries configuration parses");
@@ -232,7 +232,7 @@ pub(crate) async fn until_pull_fails(sim: &Sim, name: &str, image: &str) -> Stri
     message
 }
 
-fn ca_file_yaml(path: &Path) -> String {
+pub(crate) fn ca_file_yaml(path: &Path) -> String {
     format!("{{ca_file: {}}}", path.display())
 }
 

@@ -2,7 +2,8 @@
 //! what fails worded as Go's `net/http` and `crypto/tls` word it, since containerd's messages carry them.
 //!
 //! TLS trusts the system's roots (what `rustls-native-certs` finds: `SSL_CERT_FILE`, `SSL_CERT_DIR` or the
-//! OS store; none in a `FROM scratch` image) and the host's `ca_file`, shows `cert_file`/`key_file` as
+//! OS store; none in a `FROM scratch` image) and the host's `ca_file`, whose certificates are also trusted
+//! as a server's own (see [`super::verify`]), shows `cert_file`/`key_file` as
 //! a client certificate, and accepts any server certificate with `insecure_skip_verify` (the handshake's
 //! signatures are still checked).
 
@@ -360,18 +361,7 @@ fn x509_reason(e: &CertificateError) -> String {
         CertificateError::NotValidForNameContext {
             expected,
             presented,
-        } if presented.is_empty() => format!(
-            "x509: certificate is not valid for any names, but wanted to match {}",
-            expected.to_str()
-        ),
-        CertificateError::NotValidForNameContext {
-            expected,
-            presented,
-        } => format!(
-            "x509: certificate is valid for {}, not {}",
-            presented.join(", "),
-            expected.to_str()
-        ),
+        } => hostname_reason(expected, presented),
         CertificateError::NotValidForName => "x509: certificate is not valid for the host".into(),
         CertificateError::ExpiredContext {
             time: now,
@@ -394,6 +384,41 @@ fn x509_reason(e: &CertificateError) -> String {
         }
         other => format!("x509: {other:?}"),
     }
+}
+
+/// Go's `x509.HostnameError`: an IP address is matched against the certificate's IP SANs, a name
+/// against its DNS SANs. `presented` are webpki's (`DnsName("a.test")`, `IpAddress(10.0.0.1)`).
+fn hostname_reason(expected: &ServerName<'_>, presented: &[String]) -> String {
+    let host = expected.to_str();
+    let unwrap = |name: &str, prefix: &str, suffix: &str| {
+        name.strip_prefix(prefix)
+            .and_then(|rest| rest.strip_suffix(suffix))
+            .map(str::to_string)
+    };
+    let of_kind = |prefix: &str, suffix: &str| -> Vec<String> {
+        presented
+            .iter()
+            .filter_map(|name| unwrap(name, prefix, suffix))
+            .collect()
+    };
+    let valid = if matches!(expected, ServerName::IpAddress(_)) {
+        let ips = of_kind("IpAddress(", ")");
+        if ips.is_empty() {
+            return format!(
+                "x509: cannot validate certificate for {host} because it doesn't contain any IP SANs"
+            );
+        }
+        ips
+    } else {
+        of_kind("DnsName(\"", "\")")
+    };
+    if valid.is_empty() {
+        return format!("x509: certificate is not valid for any names, but wanted to match {host}");
+    }
+    format!(
+        "x509: certificate is valid for {}, not {host}",
+        valid.join(", ")
+    )
 }
 
 /// A TLS alert as Go's `crypto/tls` names it.
@@ -512,7 +537,10 @@ fn build_client_config(options: &TlsOptions<'_>) -> Result<Arc<ClientConfig>, Er
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AcceptAny(provider)))
     } else {
-        builder.with_root_certificates(roots(options.settings)?)
+        let (roots, ca_file) = roots(options.settings)?;
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(super::verify::verifier(roots, ca_file, provider))
     };
     let mut config = match client_identity(options.settings)? {
         Some((chain, key)) => builder
@@ -524,8 +552,8 @@ fn build_client_config(options: &TlsOptions<'_>) -> Result<Arc<ClientConfig>, Er
     Ok(Arc::new(config))
 }
 
-/// The system's roots (read once) and the host's `ca_file`.
-fn roots(settings: Option<&Tls>) -> Result<RootCertStore, Error> {
+/// The system's roots (read once) and the host's `ca_file`; and the certificates of `ca_file`.
+fn roots(settings: Option<&Tls>) -> Result<(RootCertStore, Vec<CertificateDer<'static>>), Error> {
     static SYSTEM: OnceLock<Vec<CertificateDer<'static>>> = OnceLock::new();
     let system = SYSTEM.get_or_init(|| rustls_native_certs::load_native_certs().certs);
     let mut store = RootCertStore::empty();
@@ -538,12 +566,13 @@ fn roots(settings: Option<&Tls>) -> Result<RootCertStore, Error> {
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
             .filter_map(Result::ok)
             .collect();
-        let (added, _) = store.add_parsable_certificates(certs);
+        let (added, _) = store.add_parsable_certificates(certs.iter().cloned());
         if added == 0 {
             return Err(Error::LoadCa(path.clone()));
         }
+        return Ok((store, certs));
     }
-    Ok(store)
+    Ok((store, Vec::new()))
 }
 
 /// The client certificate chain and key of `cert_file`/`key_file`.
@@ -645,13 +674,28 @@ mod tests {
             x509_reason(&CertificateError::UnknownIssuer),
             "x509: certificate signed by unknown authority"
         );
-        let expected = ServerName::try_from("127.0.0.1").unwrap();
-        assert_eq!(
+        let mismatch = |expected: &str, presented: &[&str]| {
             x509_reason(&CertificateError::NotValidForNameContext {
-                expected,
-                presented: vec!["10.0.0.1".into(), "registry.test".into()],
-            }),
-            "x509: certificate is valid for 10.0.0.1, registry.test, not 127.0.0.1"
+                expected: ServerName::try_from(expected.to_string()).unwrap(),
+                presented: presented.iter().map(|p| p.to_string()).collect(),
+            })
+        };
+        let both = [r#"DnsName("registry.test")"#, "IpAddress(10.0.0.1)"];
+        assert_eq!(
+            mismatch("127.0.0.1", &both),
+            "x509: certificate is valid for 10.0.0.1, not 127.0.0.1"
+        );
+        assert_eq!(
+            mismatch("other.test", &both),
+            "x509: certificate is valid for registry.test, not other.test"
+        );
+        assert_eq!(
+            mismatch("127.0.0.1", &both[..1]),
+            "x509: cannot validate certificate for 127.0.0.1 because it doesn't contain any IP SANs"
+        );
+        assert_eq!(
+            mismatch("other.test", &both[1..]),
+            "x509: certificate is not valid for any names, but wanted to match other.test"
         );
         assert_eq!(
             x509_reason(&CertificateError::ExpiredContext {
