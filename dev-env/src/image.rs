@@ -236,15 +236,13 @@ pub async fn push_component(
         registry,
         component: name,
         repo: component.image.as_str(),
+        platform: &options.builds.platform,
     };
     registry.ping().await.map_err(|source| Error::Registry {
         component: name.to_string(),
         source: Box::new(source),
     })?;
-    let before = registry
-        .get_manifest(target.repo, DEV_TAG)
-        .await
-        .map_err(|e| target.push_error(e))?;
+    let before = tagged(&target).await?;
     let target_of = || {
         options
             .builds
@@ -335,6 +333,8 @@ struct Target<'a> {
     component: &'a str,
     /// The repository path, such as `demo/worker`.
     repo: &'a str,
+    /// The cluster's platform: the image of an index its nodes pull.
+    platform: &'a crate::platform::Platform,
 }
 
 impl Target<'_> {
@@ -361,12 +361,22 @@ impl Target<'_> {
     }
 }
 
+/// What the tag has before a push, to tell what the push adds; an index
+/// without an image for the platform has none of it.
+async fn tagged(target: &Target<'_>) -> Result<Option<distribution::Image>, Error> {
+    let (registry, repo) = (target.registry, target.repo);
+    match registry.get_image(repo, DEV_TAG, target.platform).await {
+        Err(distribution::Error::NoPlatform { .. }) => Ok(None),
+        other => other.map_err(|e| target.push_error(e)),
+    }
+}
+
 /// The cargo backend: builds the image, uploads the blobs the registry
 /// lacks, tags the manifest when it changed, and verifies it.
 async fn push_cargo(
     target: &Target<'_>,
     build: cargo::CargoBuild<'_>,
-    before: Option<&distribution::Manifest>,
+    before: Option<&distribution::Image>,
     sinks: cargo::Sinks<'_>,
 ) -> Result<Upload, Error> {
     let image = cargo::off_runtime(build, cargo::build_image, sinks)
@@ -380,7 +390,7 @@ async fn push_cargo(
 async fn upload_image(
     target: &Target<'_>,
     image: &oci::Image,
-    before: Option<&distribution::Manifest>,
+    before: Option<&distribution::Image>,
 ) -> Result<Upload, Error> {
     let (registry, repo) = (target.registry, target.repo);
     let mut upload = Upload {
@@ -399,7 +409,7 @@ async fn upload_image(
             None => upload.skipped_blobs += 1,
         }
     }
-    let unchanged = before.is_some_and(|m| oci::sha256_digest(&m.bytes) == upload.digest);
+    let unchanged = before.is_some_and(|m| oci::sha256_digest(&m.served.bytes) == upload.digest);
     if !unchanged {
         let manifest = &image.manifest;
         registry
@@ -408,7 +418,14 @@ async fn upload_image(
             .map_err(|e| target.push_error(e))?;
         upload.uploaded_bytes += manifest.bytes.len() as u64;
     }
-    verify(registry, target.component, repo, &upload.digest).await?;
+    verify(
+        registry,
+        target.component,
+        repo,
+        &upload.digest,
+        target.platform,
+    )
+    .await?;
     Ok(upload)
 }
 
@@ -449,7 +466,7 @@ async fn push_docker(
     docker: Option<&Docker>,
     build: docker::DockerBuild<'_>,
     staged: Staged<'_>,
-    before: Option<&distribution::Manifest>,
+    before: Option<&distribution::Image>,
 ) -> Result<Upload, Error> {
     let files = match &staged.binary {
         Some((binary, rust_target)) => {
@@ -499,7 +516,8 @@ async fn push_docker(
         .map_err(|e| target.docker_error(e))?;
     // The engine does not say what it uploaded: compare the new manifest's
     // blobs with those of the manifest the tag had before.
-    let after = verify(target.registry, target.component, target.repo, &digest).await?;
+    let (registry, component, repo) = (target.registry, target.component, target.repo);
+    let after = verify(registry, component, repo, &digest, target.platform).await?;
     Ok(compare(before, &after, &digest))
 }
 
@@ -573,20 +591,24 @@ struct Upload {
     skipped_blobs: usize,
 }
 
-/// What a push sent, judged by the blobs of the manifest before and after.
+/// What a push sent, judged by the blobs of the image manifest (an index's
+/// for the platform) before and after.
 fn compare(
-    before: Option<&distribution::Manifest>,
-    after: &distribution::Manifest,
+    before: Option<&distribution::Image>,
+    after: &distribution::Image,
     digest: &str,
 ) -> Upload {
     let had: BTreeSet<String> = before
-        .map(|m| descriptors(&m.bytes).into_iter().map(|(d, _)| d).collect())
+        .map(|m| {
+            let blobs = descriptors(&m.manifest.bytes).into_iter();
+            blobs.map(|(d, _)| d).collect()
+        })
         .unwrap_or_default();
     let mut upload = Upload {
         digest: digest.to_string(),
         ..Upload::default()
     };
-    for (blob, size) in descriptors(&after.bytes) {
+    for (blob, size) in descriptors(&after.manifest.bytes) {
         if had.contains(&blob) {
             upload.skipped_blobs += 1;
         } else {
@@ -594,9 +616,12 @@ fn compare(
             upload.uploaded_bytes += size;
         }
     }
-    let unchanged = before.is_some_and(|m| oci::sha256_digest(&m.bytes) == digest);
+    let unchanged = before.is_some_and(|m| oci::sha256_digest(&m.served.bytes) == digest);
     if !unchanged {
-        upload.uploaded_bytes += after.bytes.len() as u64;
+        upload.uploaded_bytes += after.served.bytes.len() as u64;
+        if after.manifest.bytes != after.served.bytes {
+            upload.uploaded_bytes += after.manifest.bytes.len() as u64;
+        }
     }
     upload
 }
@@ -623,18 +648,21 @@ fn descriptors(manifest: &[u8]) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// Fetches the manifest at `<repo>:dev` and checks that the sha256 of the
-/// served bytes, the registry's `Docker-Content-Digest` and `reported` are
-/// one and the same digest.
+/// Fetches the image at `<repo>:dev` for `platform` and checks that the
+/// sha256 of the served bytes, the registry's `Docker-Content-Digest` and
+/// `reported` are one and the same digest. An index (what engines with the
+/// containerd image store push) must have an image for `platform`; its own
+/// digest stays the image's, the digest pods pulling by it report.
 pub async fn verify(
     registry: &distribution::Client,
     component: &str,
     repo: &str,
     reported: &str,
-) -> Result<distribution::Manifest, Error> {
+    platform: &crate::platform::Platform,
+) -> Result<distribution::Image, Error> {
     let reference = format!("{}/{repo}:{DEV_TAG}", registry.host());
-    let manifest = registry
-        .get_manifest(repo, DEV_TAG)
+    let image = registry
+        .get_image(repo, DEV_TAG, platform)
         .await
         .map_err(|source| Error::Push {
             component: component.to_string(),
@@ -645,8 +673,8 @@ pub async fn verify(
             component: component.to_string(),
             reference: reference.clone(),
         })?;
-    let served = oci::sha256_digest(&manifest.bytes);
-    let header = manifest.digest_header.clone().unwrap_or_default();
+    let served = oci::sha256_digest(&image.served.bytes);
+    let header = image.served.digest_header.clone().unwrap_or_default();
     if served != header || served != reported {
         return Err(Error::Mismatch {
             component: component.to_string(),
@@ -660,7 +688,7 @@ pub async fn verify(
             reported: reported.to_string(),
         });
     }
-    Ok(manifest)
+    Ok(image)
 }
 
 /// A tag for non-dev pushes: the first 8 hex digits of the commit checked
@@ -744,13 +772,17 @@ mod tests {
                 media_type: None,
             }
         };
-        let before = manifest(&[("a", 100), ("b", 200)]);
-        let after = manifest(&[("a", 100), ("c", 300)]);
-        let digest = oci::sha256_digest(&after.bytes);
+        let image = |manifest: distribution::Manifest| distribution::Image {
+            served: manifest.clone(),
+            manifest,
+        };
+        let before = image(manifest(&[("a", 100), ("b", 200)]));
+        let after = image(manifest(&[("a", 100), ("c", 300)]));
+        let digest = oci::sha256_digest(&after.served.bytes);
         let upload = compare(Some(&before), &after, &digest);
         assert_eq!(upload.skipped_blobs, 2, "config and layer a were there");
         assert_eq!(upload.uploaded_blobs, 1);
-        assert_eq!(upload.uploaded_bytes, 300 + after.bytes.len() as u64);
+        assert_eq!(upload.uploaded_bytes, 300 + after.served.bytes.len() as u64);
         let same = compare(Some(&after), &after, &digest);
         assert_eq!((same.uploaded_blobs, same.uploaded_bytes), (0, 0));
     }

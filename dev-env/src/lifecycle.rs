@@ -567,7 +567,7 @@ async fn ensure_images(
             continue;
         };
         let present = client
-            .manifest_exists(&pushed.repository, &pushed.digest)
+            .manifest_exists(&pushed.repository, &pushed.digest, Some(&builds.platform))
             .await
             .map_err(|source| Error::RegistryCheck {
                 host: registry.host.clone(),

@@ -366,7 +366,7 @@ async fn component_status(
         && let Ok(client) = crate::registry::client(config, host)
     {
         status.in_registry = client
-            .manifest_exists(&image.repository, &image.digest)
+            .manifest_exists(&image.repository, &image.digest, state.platform.as_ref())
             .await
             .ok();
     }

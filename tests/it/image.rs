@@ -3,7 +3,12 @@
 
 use dev_env::{
     config::Config,
-    image::{self, Pushed, distribution, oci},
+    image::{
+        self, Pushed,
+        distribution::{self, index},
+        oci,
+    },
+    platform::Platform,
     state::State,
 };
 use dev_env_tests::{
@@ -303,15 +308,79 @@ async fn verification_rejects_a_digest_the_registry_does_not_serve() {
     let (digest, stated) = push_tiny(&registry.host(), repo).await;
     assert_eq!(stated.as_deref(), Some(digest.as_str()));
 
-    image::verify(&client, "tiny", repo, &digest).await.unwrap();
+    let here = Platform::linux(std::env::consts::ARCH);
+    image::verify(&client, "tiny", repo, &digest, &here)
+        .await
+        .unwrap();
     let other = format!("sha256:{}", "0".repeat(64));
-    let err = image::verify(&client, "tiny", repo, &other)
+    let err = image::verify(&client, "tiny", repo, &other, &here)
         .await
         .unwrap_err()
         .to_string();
     assert!(err.contains("component `tiny`"), "{err}");
     assert!(err.contains("failed verification"), "{err}");
     assert!(err.contains(&digest) && err.contains(&other), "{err}");
+}
+
+/// Engines with the containerd image store push an image index. It is read
+/// with the index types accepted (a registry answers 404 to a read that
+/// accepts none), its entry for the cluster's platform is the image
+/// checked, and the index's digest stays the pushed one: the digest pods
+/// pulling by it report.
+#[tokio::test]
+async fn an_index_of_two_platforms_is_read_for_the_clusters_platform() {
+    let registry = DistributionRegistry::start();
+    let client = distribution::Client::new(&registry.host());
+    let repo = "index/app";
+    let platforms = [Platform::linux("x86_64"), Platform::linux("aarch64")];
+    let mut entries = Vec::new();
+    for platform in &platforms {
+        let app = format!("the app for {platform}").into_bytes();
+        let built = oci::binary_image("app", app, platform);
+        for blob in built.blobs() {
+            let bytes = blob.bytes.clone();
+            client.upload_blob(repo, &blob.digest, bytes).await.unwrap();
+        }
+        let manifest = &built.manifest;
+        let (digest, bytes) = (&manifest.digest, manifest.bytes.clone());
+        client
+            .put_manifest(repo, digest, manifest.media_type, bytes)
+            .await
+            .unwrap();
+        entries.push(serde_json::json!({
+            "mediaType": manifest.media_type, "digest": digest,
+            "size": manifest.bytes.len(), "platform": platform,
+        }));
+    }
+    let index = serde_json::json!({
+        "schemaVersion": 2, "mediaType": index::OCI_INDEX, "manifests": entries,
+    });
+    let index = serde_json::to_vec(&index).unwrap();
+    let index_digest = oci::sha256_digest(&index);
+    client
+        .put_manifest(repo, image::DEV_TAG, index::OCI_INDEX, index.into())
+        .await
+        .unwrap();
+
+    for (platform, entry) in platforms.iter().zip(&entries) {
+        let read = image::verify(&client, "app", repo, &index_digest, platform)
+            .await
+            .unwrap();
+        assert_eq!(oci::sha256_digest(&read.served.bytes), index_digest);
+        assert_eq!(oci::sha256_digest(&read.manifest.bytes), entry["digest"]);
+        let exists = client.manifest_exists(repo, &index_digest, Some(platform));
+        assert!(exists.await.unwrap(), "the pushed digest is the index's");
+    }
+    let riscv = Platform::linux("riscv64");
+    let err = image::verify(&client, "app", repo, &index_digest, &riscv)
+        .await
+        .unwrap_err();
+    let err = dev_env::error_chain(&err);
+    assert!(
+        err.contains("without an image for linux/riscv64")
+            && err.contains("(it has linux/amd64, linux/arm64/v8)"),
+        "{err}"
+    );
 }
 
 /// kube talks TLS through rustls with the ring provider; the registry

@@ -159,7 +159,9 @@ async fn pushes_to_a_registry_whose_certificate_is_made_by_dockers_openssl_recip
         distribution::Client::with_credential(&registry.host(), options, credential.unwrap())
             .unwrap();
     let repo = format!("{}/hello", project.name);
-    assert!(client.manifest_exists(&repo, &pushed.digest).await.unwrap());
+    let here = dev_env::platform::Platform::linux(std::env::consts::ARCH);
+    let served = client.manifest_exists(&repo, &pushed.digest, Some(&here));
+    assert!(served.await.unwrap());
 }
 
 /// What is not the certificate of `registry.caFile`, or not for the name

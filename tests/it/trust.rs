@@ -419,7 +419,11 @@ fn up_pushes_again_what_the_registry_lost_and_status_notices() {
     let state = State::load(&config.state_dir()).unwrap();
     let client = dev_env::image::distribution::Client::new(&host);
     let present = runtime()
-        .block_on(client.manifest_exists(&pushed.repository, &state.images["app"].digest))
+        .block_on(client.manifest_exists(
+            &pushed.repository,
+            &state.images["app"].digest,
+            state.platform.as_ref(),
+        ))
         .unwrap();
     assert!(present);
     assert!(status_ok(&config));

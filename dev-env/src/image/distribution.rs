@@ -9,6 +9,7 @@
 //! stored ([`credentials`](super::credentials)). Every request runs under a
 //! deadline, and a refusal names the registry and how to log in.
 
+pub mod index;
 mod trust;
 mod wire;
 
@@ -24,6 +25,7 @@ use http::{Method, StatusCode, header};
 use rustls::pki_types::{CertificateDer, pem::PemObject as _};
 
 use super::credentials::{self, Credential};
+use crate::platform::Platform;
 use wire::{Request, Response, Wire};
 
 /// The media type of an OCI image manifest.
@@ -93,6 +95,27 @@ pub enum Error {
         what: String,
         served: String,
     },
+    #[error(
+        "`{what}` at the registry {host} is an image index without an image for {platform} (it has {found}); push one built for {platform}, the cluster's platform"
+    )]
+    NoPlatform {
+        host: String,
+        what: String,
+        platform: String,
+        /// The platforms of its entries.
+        found: String,
+    },
+    #[error(
+        "`{what}` at the registry {host} is an image index whose image for {platform}, {digest}, the registry does not serve"
+    )]
+    MissingEntry {
+        host: String,
+        what: String,
+        platform: String,
+        digest: String,
+    },
+    #[error("`{what}` at the registry {host} is an image index dev-env cannot read")]
+    BadIndex { host: String, what: String },
     #[error("cannot read `registry.caFile` {}; point it at a PEM certificate", path.display())]
     CaFile {
         path: PathBuf,
@@ -138,8 +161,20 @@ pub struct Manifest {
     /// The `Docker-Content-Digest` header as the registry sent it (the
     /// bytes' digest when it sends none).
     pub digest_header: Option<String>,
-    /// The manifest's `mediaType`.
+    /// The manifest's `mediaType`, else the `Content-Type` it was served
+    /// with.
     pub media_type: Option<String>,
+}
+
+/// An image as a reference names it, for one platform.
+#[derive(Debug, Clone)]
+pub struct Image {
+    /// What the reference serves: an image manifest, or an index of them.
+    /// Its digest is the image's: pods that pull by it report it.
+    pub served: Manifest,
+    /// The image manifest for the platform: `served` itself, or the entry
+    /// of the index for the platform.
+    pub manifest: Manifest,
 }
 
 /// A client for one registry, addressed as `host:port`.
@@ -279,10 +314,69 @@ impl Client {
         }
     }
 
-    /// `HEAD` a manifest by digest: whether repository `repo` still serves
-    /// `digest` (a garbage collection or a lost volume removes it).
-    pub async fn manifest_exists(&self, repo: &str, digest: &str) -> Result<bool, Error> {
-        Ok(self.get_manifest(repo, digest).await?.is_some())
+    /// Whether repository `repo` still serves `digest` (a garbage collection
+    /// or a lost volume removes it), for `platform` when given: an index
+    /// must have its image for it.
+    pub async fn manifest_exists(
+        &self,
+        repo: &str,
+        digest: &str,
+        platform: Option<&Platform>,
+    ) -> Result<bool, Error> {
+        Ok(match platform {
+            Some(platform) => self.get_image(repo, digest, platform).await?.is_some(),
+            None => self.get_manifest(repo, digest).await?.is_some(),
+        })
+    }
+
+    /// The image at `reference` for `platform`: what it serves and, when
+    /// that is an index, its entry for the platform; `None` when the
+    /// registry has nothing there. An index without an entry for the
+    /// platform is [`Error::NoPlatform`], naming the platforms it has.
+    pub async fn get_image(
+        &self,
+        repo: &str,
+        reference: &str,
+        platform: &Platform,
+    ) -> Result<Option<Image>, Error> {
+        let Some(served) = self.get_manifest(repo, reference).await? else {
+            return Ok(None);
+        };
+        if !index::is_index(served.media_type.as_deref()) {
+            let manifest = served.clone();
+            return Ok(Some(Image { served, manifest }));
+        }
+        let what = format!("{repo}:{reference}");
+        let digest = match index::choose(&served.bytes, platform) {
+            index::Choice::Entry(digest) => digest,
+            index::Choice::None(found) => {
+                return Err(Error::NoPlatform {
+                    host: self.host.clone(),
+                    what,
+                    platform: platform.to_string(),
+                    found: if found.is_empty() {
+                        String::from("no entry")
+                    } else {
+                        found.join(", ")
+                    },
+                });
+            }
+            index::Choice::Unreadable => {
+                return Err(Error::BadIndex {
+                    host: self.host.clone(),
+                    what,
+                });
+            }
+        };
+        match self.get_manifest(repo, &digest).await? {
+            Some(manifest) => Ok(Some(Image { served, manifest })),
+            None => Err(Error::MissingEntry {
+                host: self.host.clone(),
+                what,
+                platform: platform.to_string(),
+                digest,
+            }),
+        }
     }
 
     /// Uploads `bytes` as blob `digest` of `repo` in one request (`POST`,
@@ -359,9 +453,9 @@ impl Client {
         Ok(stated.map(str::to_string))
     }
 
-    /// `GET` the manifest at `reference` (a tag or a digest); `None` when
-    /// the registry does not have it. A digest reference must be the
-    /// digest of the bytes served.
+    /// `GET` the manifest at `reference` (a tag or a digest) as served: an
+    /// image manifest or an index; `None` when the registry does not have
+    /// it. A digest reference must be the digest of the bytes served.
     pub async fn get_manifest(
         &self,
         repo: &str,
@@ -369,8 +463,14 @@ impl Client {
     ) -> Result<Option<Manifest>, Error> {
         let what = format!("GET /v2/{repo}/manifests/{reference}");
         let mut get = request(Method::GET, format!("/v2/{repo}/manifests/{reference}")).pull(repo);
-        get.headers
-            .push((header::ACCEPT, [OCI_MANIFEST, DOCKER_MANIFEST].join(", ")));
+        // Without the index types, a registry answers 404 for an index.
+        let accepted = [
+            OCI_MANIFEST,
+            DOCKER_MANIFEST,
+            index::OCI_INDEX,
+            index::DOCKER_LIST,
+        ];
+        get.headers.push((header::ACCEPT, accepted.join(", ")));
         let response = self.exchange(&what, SMALL_REQUEST, &get).await?;
         match response.status {
             StatusCode::OK => {}
@@ -390,7 +490,11 @@ impl Client {
             .map_or(served, str::to_string);
         let media_type = serde_json::from_slice::<serde_json::Value>(&response.body)
             .ok()
-            .and_then(|v| Some(v.get("mediaType")?.as_str()?.to_string()));
+            .and_then(|v| Some(v.get("mediaType")?.as_str()?.to_string()))
+            .or_else(|| {
+                let served_as = response.header(header::CONTENT_TYPE)?;
+                Some(served_as.split(';').next()?.trim().to_string())
+            });
         Ok(Some(Manifest {
             bytes: response.body,
             digest_header: Some(header),
