@@ -39,7 +39,7 @@ pub enum Error {
     )]
     Connect {
         /// The engine tried.
-        chosen: Resolved,
+        chosen: Box<Resolved>,
         #[source]
         source: BollardError,
     },
@@ -93,7 +93,10 @@ pub async fn connect_engine() -> Result<Engine, Error> {
     if let Some(chosen) = candidates.explicit {
         return match dial(&chosen.endpoint).await {
             Ok(docker) => Ok(Engine { docker, chosen }),
-            Err(source) => Err(Error::Connect { chosen, source }),
+            Err(source) => Err(Error::Connect {
+                chosen: Box::new(chosen),
+                source,
+            }),
         };
     }
     let mut tried = Vec::new();

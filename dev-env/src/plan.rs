@@ -96,7 +96,7 @@ pub enum MountSource {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClusterPlan {
     /// A node container the harness runs.
-    Node(NodeSpec),
+    Node(Box<NodeSpec>),
     /// A context of the user's kubeconfig; nothing is created.
     Existing { context: String },
 }
@@ -150,7 +150,7 @@ impl Plan {
                     context: config.cluster.context.clone().unwrap_or_default(),
                 },
                 Provider::K3s | Provider::Sim => {
-                    ClusterPlan::Node(node_spec(config, registry_port, setup))
+                    ClusterPlan::Node(Box::new(node_spec(config, registry_port, setup)))
                 }
             },
             manifests,

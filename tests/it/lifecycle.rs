@@ -269,9 +269,13 @@ fn drift_stops_up_down_still_works_and_recreate_converges() {
     });
     assert_eq!(subnet, "10.199.3.0/24");
     let left = rt.block_on(async {
-        lifecycle::drift(&docker::connect().await.unwrap(), &drifted)
-            .await
-            .unwrap()
+        lifecycle::drift(
+            &docker::connect().await.unwrap(),
+            &drifted,
+            &dev_env::plan::EngineSetup::local(&drifted),
+        )
+        .await
+        .unwrap()
     });
     assert!(left.is_empty(), "{left:?}");
     rt.block_on(lifecycle::down(

@@ -119,7 +119,7 @@ pub enum Error {
 
 /// What resolution reads: environment variables and the user's home.
 pub struct Lookup<'a> {
-    pub var: &'a dyn Fn(&str) -> Option<String>,
+    pub var: &'a (dyn Fn(&str) -> Option<String> + Sync),
     pub home: Option<PathBuf>,
 }
 
