@@ -669,12 +669,12 @@ fn docker_host_names_the_engine_and_other_schemes_are_refused() {
     );
     let out = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["--config", config, "dev", "down"])
-        .env("DOCKER_HOST", "tcp://127.0.0.1:2375")
+        .env("DOCKER_HOST", "ssh://me@build.lan")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        text(&out).contains("`DOCKER_HOST=tcp://127.0.0.1:2375` is not a unix socket"),
+        text(&out).contains("`DOCKER_HOST=ssh://me@build.lan` is an ssh:// endpoint"),
         "{}",
         text(&out)
     );
