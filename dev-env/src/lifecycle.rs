@@ -223,22 +223,36 @@ pub enum NodeImage {
     Pulled,
 }
 
-/// How the node reaches `engine` and pods reach the host there, and what
-/// the user should know of it; refused when the provider cannot run on
-/// that engine. `DEV_ENV_DOCKER_SOCK` names the engine's socket as the
-/// engine sees it, where that cannot be known from here.
-pub async fn engine_setup(
-    engine: &docker::Engine,
-    config: &Config,
-) -> Result<(plan::EngineSetup, Option<String>), Error> {
+/// What the engine of a run decides: the node's setup there, what the
+/// user should know of it, and which kind of engine it is.
+#[derive(Debug, Clone)]
+pub struct OnEngine {
+    pub setup: plan::EngineSetup,
+    /// How pods reach the host, when the user should know it.
+    pub caveat: Option<String>,
+    pub kind: docker::engine::Kind,
+}
+
+/// How the node reaches `engine` and pods reach the host there, asked of
+/// the engine once; refused when the provider cannot run on that engine.
+/// `DEV_ENV_DOCKER_SOCK` names the engine's socket as the engine sees it,
+/// where that cannot be known from here.
+pub async fn engine_setup(engine: &docker::Engine, config: &Config) -> Result<OnEngine, Error> {
     let facts = docker::engine::facts(&engine.docker).await?;
     let socket = std::env::var(docker::engine::SOCKET_OVERRIDE).ok();
-    plan::EngineSetup::for_engine(config, &facts, &engine.chosen.endpoint, socket.as_deref())
-        .map_err(|refusal| Error::Refused {
-            kind: facts.kind(),
+    let kind = facts.kind();
+    let (setup, caveat) =
+        plan::EngineSetup::for_engine(config, &facts, &engine.chosen.endpoint, socket.as_deref())
+            .map_err(|refusal| Error::Refused {
+            kind,
             endpoint: engine.chosen.endpoint.to_string(),
             refusal,
-        })
+        })?;
+    Ok(OnEngine {
+        setup,
+        caveat,
+        kind,
+    })
 }
 
 /// The drift of every existing object against `config`, on an engine set
@@ -302,7 +316,7 @@ pub async fn up(
     crate::targets::verify(config, config.components.keys(), &manifests).await?;
     let pull_secret = apply::PullSecret::of(config).map_err(apply::Error::from)?;
     let engine = docker::connect_engine().await?;
-    let (setup, caveat) = engine_setup(&engine, config).await?;
+    let OnEngine { setup, caveat, .. } = engine_setup(&engine, config).await?;
     let docker = engine.docker;
     if let Some(note) = caveat {
         reporter.report(&Event::EngineNote { note });

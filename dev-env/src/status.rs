@@ -200,10 +200,9 @@ fn api(what: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
 /// Looks at everything `config` declares.
 pub async fn status(config: &Config) -> Result<Status, Error> {
     let engine = docker::connect_engine().await?;
-    let (setup, _) = lifecycle::engine_setup(&engine, config).await?;
-    let facts = docker::engine::facts(&engine.docker).await?;
+    let on_engine = lifecycle::engine_setup(&engine, config).await?;
     let engine_status = EngineStatus {
-        kind: facts.kind().to_string(),
+        kind: on_engine.kind.to_string(),
         endpoint: engine.chosen.endpoint.to_string(),
         source: engine.chosen.source.to_string(),
         context: match &engine.chosen.source {
@@ -221,7 +220,7 @@ pub async fn status(config: &Config) -> Result<Status, Error> {
     for name in config.components.keys() {
         components.push(component_status(config, &state, name, &registry, client.as_ref()).await);
     }
-    let drift: Vec<String> = lifecycle::drift(&docker, config, &setup)
+    let drift: Vec<String> = lifecycle::drift(&docker, config, &on_engine.setup)
         .await?
         .iter()
         .map(ToString::to_string)

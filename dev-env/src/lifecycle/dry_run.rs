@@ -45,28 +45,21 @@ pub async fn dry_run(config: &Config, options: DryRunOptions) -> Result<DryRun, 
     let manifests = manifest::load(&config.manifests)?;
     let targets = crate::targets::verify(config, config.components.keys(), &manifests).await;
     let prune = would_prune(config, &manifests, options.prune).await;
-    // The engine decides how the node is made; without an engine, the
-    // plan is the one for Docker Engine on this machine.
-    let engine = docker::connect_engine().await;
-    let setup = match &engine {
-        Ok(engine) => super::engine_setup(engine, config)
-            .await
-            .map(|(setup, _)| setup),
-        Err(_) => Ok(crate::plan::EngineSetup::local(config)),
+    // The engine decides how the node is made; without an engine, or on
+    // one that refuses the provider, the plan is the one for Docker Engine
+    // on this machine.
+    let local = crate::plan::EngineSetup::local(config);
+    let (setup, drift) = match docker::connect_engine().await {
+        Ok(engine) => match super::engine_setup(&engine, config).await {
+            Ok(on) => {
+                let drift = drift(&engine.docker, config, &on.setup).await;
+                (on.setup, drift)
+            }
+            Err(e) => (local, Err(e)),
+        },
+        Err(e) => (local, Err(e.into())),
     };
-    let plan = Plan::new(
-        config,
-        &state,
-        manifests,
-        setup
-            .as_ref()
-            .unwrap_or(&crate::plan::EngineSetup::local(config)),
-    );
-    let drift = match (engine, setup) {
-        (Ok(engine), Ok(setup)) => drift(&engine.docker, config, &setup).await,
-        (Err(e), _) => Err(e.into()),
-        (_, Err(e)) => Err(e),
-    };
+    let plan = Plan::new(config, &state, manifests, &setup);
     Ok(DryRun {
         plan,
         drift,
