@@ -228,6 +228,7 @@ async fn create(
     let body = ContainerCreateBody {
         image: Some(spec.image.clone()),
         hostname: Some(spec.container.clone()),
+        entrypoint: (!spec.entrypoint.is_empty()).then(|| spec.entrypoint.clone()),
         cmd: Some(spec.command.clone()),
         env: Some(env),
         labels: Some(plan::labels(&config.name, "node", spec)),

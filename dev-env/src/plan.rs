@@ -28,6 +28,15 @@ pub const NODE_KUBECONFIG_OUTPUT: &str = "/output/kubeconfig.yaml";
 pub const NODE_REGISTRIES_YAML: &str = "/etc/rancher/k3s/registries.yaml";
 /// The API server port inside the node.
 pub const NODE_API_PORT: u16 = 6443;
+/// Where the k3s node's entrypoint is written, run by `/bin/sh`.
+pub const NODE_ENTRYPOINT: &str = "/bin/dev-env-entrypoint.sh";
+/// The k3s node's entrypoint: `/` made shared, Docker's embedded DNS moved
+/// to an address pods can reach and named in `/etc/resolv.conf`, then k3s
+/// as PID 1. See the script's own comments.
+pub const NODE_ENTRYPOINT_SCRIPT: &str = include_str!("plan/k3s-entrypoint.sh");
+/// The environment variable naming the address the entrypoint moves
+/// Docker's embedded DNS to.
+pub const NODE_DNS_ADDRESS_ENV: &str = "DEV_ENV_DNS_ADDRESS";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -53,6 +62,9 @@ pub struct RegistrySpec {
 pub struct NodeSpec {
     pub container: String,
     pub image: String,
+    /// Replaces the image's entrypoint when not empty (k3s nodes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entrypoint: Vec<String>,
     pub command: Vec<String>,
     pub privileged: bool,
     /// `userns_mode=host`: engines with user-namespace remapping refuse
@@ -292,17 +304,28 @@ pub fn node_spec(config: &Config, registry_port: Option<u16>, setup: &EngineSetu
     if k3s && !config.cluster.disable.is_empty() {
         command.push(format!("--disable={}", config.cluster.disable.join(",")));
     }
-    if k3s {
-        command.extend(setup.k3s.args.iter().cloned());
-    }
-    env.extend(proxy_env(config, |key| std::env::var(key).ok()));
-    let files = BTreeMap::from([(
+    let mut files = BTreeMap::from([(
         NODE_REGISTRIES_YAML.to_string(),
         registries_yaml(config, registry_port),
     )]);
+    let mut entrypoint = Vec::new();
+    if k3s {
+        command.extend(setup.k3s.args.iter().cloned());
+        entrypoint = vec![String::from("/bin/sh"), NODE_ENTRYPOINT.to_string()];
+        files.insert(
+            NODE_ENTRYPOINT.to_string(),
+            NODE_ENTRYPOINT_SCRIPT.to_string(),
+        );
+        env.insert(
+            NODE_DNS_ADDRESS_ENV.to_string(),
+            crate::host::gateway(config).to_string(),
+        );
+    }
+    env.extend(proxy_env(config, |key| std::env::var(key).ok()));
     NodeSpec {
         container: node,
         image: config.cluster.image.clone(),
+        entrypoint,
         command,
         privileged: k3s,
         userns_host: k3s,
@@ -650,6 +673,9 @@ impl Plan {
             "node      {}: image {} (provider {})",
             node.container, node.image, self.config.cluster.provider
         )?;
+        if !node.entrypoint.is_empty() {
+            writeln!(f, "          entrypoint {}", node.entrypoint.join(" "))?;
+        }
         writeln!(f, "          command {}", node.command.join(" "))?;
         let privileged = if node.privileged { "privileged, " } else { "" };
         let tmpfs: Vec<_> = node.tmpfs.keys().map(String::as_str).collect();

@@ -6,6 +6,7 @@ mod deliver;
 mod faults;
 mod image;
 mod init;
+mod k3s_node;
 mod lifecycle;
 mod operator;
 mod platform;

@@ -72,6 +72,29 @@ fn k3s_nodes_get_what_a_real_daemon_needs_and_sim_nodes_do_not() {
     // these settings existed do not count as drifted.
     let json = serde_json::to_value(&sim).unwrap();
     assert!(json.get("usernsHost").is_none() && json.get("cgroupnsPrivate").is_none());
+    assert!(json.get("entrypoint").is_none(), "{json}");
+    assert!(!sim.files.contains_key(NODE_ENTRYPOINT));
+    assert!(!sim.env.contains_key(NODE_DNS_ADDRESS_ENV));
+}
+
+#[test]
+fn k3s_nodes_start_through_the_entrypoint_that_fixes_dns_and_mount_propagation() {
+    let demo = config(
+        "name: demo
+network: {ipv4Subnet: 10.77.0.0/24}
+",
+    );
+    let k3s = local_node(&demo, Some(5001));
+    assert_eq!(k3s.entrypoint, ["/bin/sh", NODE_ENTRYPOINT]);
+    assert_eq!(k3s.files[NODE_ENTRYPOINT], NODE_ENTRYPOINT_SCRIPT);
+    // The address Docker's DNS moves to is the network's gateway, as k3d
+    // and kind move it.
+    assert_eq!(k3s.env[NODE_DNS_ADDRESS_ENV], "10.77.0.1");
+    // k3s keeps its arguments: the script passes them on and runs k3s in
+    // its own process, PID 1.
+    assert_eq!(k3s.command[0], "server");
+    assert!(NODE_ENTRYPOINT_SCRIPT.contains("exec /bin/k3s \"$@\""));
+    assert!(NODE_ENTRYPOINT_SCRIPT.contains("mount --make-rshared /"));
 }
 
 #[test]
