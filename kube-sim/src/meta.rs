@@ -19,16 +19,13 @@ pub fn rfc3339(t: jiff::Timestamp) -> String {
     t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// Fills a buffer with random bytes; falls back to a time-seeded generator if the OS source fails.
+/// Fills a buffer from the OS random source. These bytes become the admin
+/// token and the signatures of service-account tokens, so a source that
+/// fails stops the server: a guessable fallback would make forgeable
+/// tokens.
 pub fn random_bytes(buf: &mut [u8]) {
-    if getrandom::fill(buf).is_err() {
-        let mut seed = jiff::Timestamp::now().as_nanosecond() as u64 | 1;
-        for b in buf.iter_mut() {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            *b = seed as u8;
-        }
+    if let Err(e) = getrandom::fill(buf) {
+        panic!("the OS random source failed ({e}): kube-sim makes no tokens without it");
     }
 }
 
