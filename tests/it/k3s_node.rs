@@ -140,14 +140,20 @@ fn run_node(sh: &Shell, name: &str) -> (String, bool) {
 }
 
 struct Node {
+    sh: Shell,
     spec: plan::NodeSpec,
     peer: String,
+    _cleanup: DockerCleanup,
     _dir: tempfile::TempDir,
 }
 
-/// A k3s node spec on a network of its own with a peer container to look
-/// up, everything removed by `cleanup`.
-fn node_and_peer(sh: &Shell, prefix: &str, cleanup: &mut DockerCleanup) -> Node {
+/// The test image, and a k3s node spec on a network of its own with a
+/// peer container to look up, all removed when the `Node` is dropped.
+fn node_and_peer(prefix: &str) -> Node {
+    require_docker();
+    let sh = Shell::new().unwrap();
+    build_image(&sh);
+    let mut cleanup = DockerCleanup::default();
     let name = unique_name(prefix);
     let dir = tempfile::tempdir().unwrap();
     let config = k3s_config(dir.path(), &name, &random_subnet());
@@ -172,8 +178,10 @@ fn node_and_peer(sh: &Shell, prefix: &str, cleanup: &mut DockerCleanup) -> Node 
     .run()
     .unwrap();
     Node {
+        sh,
         spec,
         peer,
+        _cleanup: cleanup,
         _dir: dir,
     }
 }
@@ -187,19 +195,15 @@ fn ip_of(sh: &Shell, container: &str) -> String {
 
 #[test]
 fn the_entrypoint_moves_dockers_dns_where_pods_reach_it_then_runs_k3s_as_pid_1() {
-    require_docker();
-    let sh = Shell::new().unwrap();
-    build_image(&sh);
-    let mut cleanup = DockerCleanup::default();
-    let node = node_and_peer(&sh, "it-k3s-dns", &mut cleanup);
-    let spec = &node.spec;
+    let node = node_and_peer("it-k3s-dns");
+    let (sh, spec) = (&node.sh, &node.spec);
     let gateway = &spec.env[plan::NODE_DNS_ADDRESS_ENV];
-    create_node(&sh, spec, &["NET_ADMIN", "SYS_ADMIN"], &node.peer);
-    let peer_ip = ip_of(&sh, &node.peer);
+    create_node(sh, spec, &["NET_ADMIN", "SYS_ADMIN"], &node.peer);
+    let peer_ip = ip_of(sh, &node.peer);
     // Docker makes its DNS rules again on every start: a restarted node
     // gets them moved again.
     for start in ["first", "restart"] {
-        let (out, ok) = run_node(&sh, &spec.container);
+        let (out, ok) = run_node(sh, &spec.container);
         assert!(ok, "{start}: {out}");
         let args = spec.command.join(" ");
         assert!(
@@ -231,14 +235,11 @@ fn the_entrypoint_moves_dockers_dns_where_pods_reach_it_then_runs_k3s_as_pid_1()
 
 #[test]
 fn the_entrypoint_stops_the_node_with_its_reason_when_root_cannot_be_shared() {
-    require_docker();
-    let sh = Shell::new().unwrap();
-    build_image(&sh);
-    let mut cleanup = DockerCleanup::default();
-    let node = node_and_peer(&sh, "it-k3s-mnt", &mut cleanup);
+    let node = node_and_peer("it-k3s-mnt");
+    let sh = &node.sh;
     // Without CAP_SYS_ADMIN `mount --make-rshared /` is refused.
-    create_node(&sh, &node.spec, &["NET_ADMIN"], &node.peer);
-    let (out, ok) = run_node(&sh, &node.spec.container);
+    create_node(sh, &node.spec, &["NET_ADMIN"], &node.peer);
+    let (out, ok) = run_node(sh, &node.spec.container);
     assert!(!ok, "{out}");
     assert!(
         out.contains("dev-env entrypoint: cannot make / a shared mount"),
